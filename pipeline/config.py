@@ -1,0 +1,195 @@
+"""The typed `lpx.yaml` schema. Unknown keys are errors; every error names its path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError, PipelineError
+
+FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
+KV_CACHE = ("none", "fp8", "int8")
+TARGETS = ("engine", "llmapi", "torch")
+STAGES = ("quantize", "build", "repo", "serve")
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Strict):
+    name: str = Field(pattern=NAME_RE, description="Short name; used in artifact paths.")
+    checkpoint: Path = Field(description="Local Hugging Face checkpoint folder (config.json + *.safetensors).")
+    tokenizer: Path | None = Field(None, description="Tokenizer folder, if not inside the checkpoint.")
+    allow_pickle: bool = Field(False, description="Allow loading pickle-only weights (*.bin). Off: they can run code.")
+    trust_remote_code: bool = Field(False, description="Allow the checkpoint's own Python code to run.")
+
+
+class Quantization(Strict):
+    format: Literal[FORMATS] = "none"  # type: ignore[valid-type]
+    kv_cache: Literal[KV_CACHE] = "none"  # type: ignore[valid-type]
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns of modules kept in high precision.")
+    awq_block_size: int = Field(128, ge=16, description="Group size for int4_awq / w4a8_awq.")
+
+
+class Variant(Strict):
+    name: str = Field(pattern=NAME_RE)
+    quantization: Quantization = Field(default_factory=Quantization)
+
+
+class Calibration(Strict):
+    data: Path | None = Field(None, description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text if unset.")
+    jsonl_field: str = "text"
+    samples: int = Field(32, ge=1)
+    seq_len: int = Field(256, ge=8)
+    batch_size: int = Field(1, ge=1)
+
+
+class Build(Strict):
+    target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
+    archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_batch_size: int = Field(8, ge=1)
+    max_input_len: int = Field(1024, ge=1)
+    max_seq_len: int = Field(2048, ge=2)
+    max_num_tokens: int = Field(8192, ge=1)
+    tp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+
+    @field_validator("archs")
+    @classmethod
+    def _archs(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not re.match(ARCH_RE, a):
+                raise ValueError(f"'{a}' is not a GPU architecture; use the SM name, e.g. sm80, sm89, sm90, sm100")
+        if len(set(v)) != len(v):
+            raise ValueError("lists an architecture twice")
+        return v
+
+    @model_validator(mode="after")
+    def _lengths(self) -> Build:
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError(
+                f"max_input_len ({self.max_input_len}) must be below max_seq_len ({self.max_seq_len}) "
+                "to leave room for output tokens"
+            )
+        return self
+
+
+class Serving(Strict):
+    host: str = Field("127.0.0.1", description="Address Triton binds. 0.0.0.0 exposes it to the network.")
+    http_port: int = Field(8000, ge=0, le=65535, description="0 picks a free port.")
+    grpc_port: int = Field(8001, ge=0, le=65535)
+    metrics_port: int = Field(8002, ge=0, le=65535)
+    max_tokens_cap: int = Field(1024, ge=1, description="Largest max_tokens a request may ask for.")
+    ready_timeout_s: float = Field(180.0, gt=0)
+
+
+class Config(Strict):
+    model: ModelSection
+    variants: list[Variant] = Field(min_length=1)
+    calibration: Calibration = Field(default_factory=Calibration)
+    build: Build = Field(default_factory=Build)
+    serving: Serving = Field(default_factory=Serving)
+
+    @field_validator("variants")
+    @classmethod
+    def _unique(cls, v: list[Variant]) -> list[Variant]:
+        names = [x.name for x in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"variant names must be unique; repeated: {', '.join(dup)}")
+        return v
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise PipelineError(
+            f"No variant '{name}' in the config; known: {', '.join(v.name for v in self.variants)}", exit_code=2
+        )
+
+    def select(self, names: tuple[str, ...] | list[str] | None) -> list[Variant]:
+        return [self.variant(n) for n in names] if names else list(self.variants)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or str(part).startswith(("literal[", "function-")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return "must be one of " + ", ".join(re.findall(r"'([^']*)'", expected))
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; `lpx config schema` lists every key)"
+    if kind == "missing":
+        return "required"
+    msg = err["msg"]
+    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+
+
+def format_errors(exc: ValidationError) -> list[str]:
+    return [f"{_loc(e['loc'])}: {_message(e)}" for e in exc.errors()]
+
+
+def _resolve_paths(cfg: Config, base: Path) -> Config:
+    def res(p: Path | None) -> Path | None:
+        if p is None:
+            return None
+        p = p.expanduser()
+        return p if p.is_absolute() else (base / p).resolve()
+
+    cfg.model.checkpoint = res(cfg.model.checkpoint)
+    cfg.model.tokenizer = res(cfg.model.tokenizer)
+    cfg.calibration.data = res(cfg.calibration.data)
+    return cfg
+
+
+def parse_config(data: object, source: str = "config", base: Path | None = None) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): must be a mapping with keys model, variants, ..."], source)
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc), source) from None
+    return _resolve_paths(cfg, base or Path.cwd())
+
+
+def load_config(path: Path) -> Config:
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE", exit_code=2)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise PipelineError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", exit_code=2) from None
+    return parse_config(data, str(path), path.resolve().parent)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def json_schema() -> dict:
+    schema = Config.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "LPX configuration (lpx.yaml)"
+    return schema

@@ -1,0 +1,146 @@
+"""One runner for every stage: hash the inputs, reuse what is cached, say why anything runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from . import toolchain
+from .artifacts import Artifact, Store, diff_inputs, file_fingerprint, make_key
+from .calibration import load_texts
+from .checkpoint import inspect_checkpoint
+from .config import STAGES, Config, Variant
+from .progress import Reporter
+from .recipes import check_archs
+
+ANY_ARCH = "any"  # the torch target runs on any device
+
+
+@dataclass
+class Outcome:
+    variant: str
+    artifacts: dict[str, Artifact] = field(default_factory=dict)
+
+
+def stage_index(stage: str) -> int:
+    return STAGES.index(stage)
+
+
+class Runner:
+    def __init__(self, cfg: Config, report: Reporter | None = None, force: set[str] | None = None,
+                 store: Store | None = None):
+        self.cfg = cfg
+        self.report = report or Reporter()
+        self.force = force or set()
+        self.store = store or Store()
+        self._ckpt = None
+
+    # --- the generic cached step -------------------------------------------------------------
+    def step(self, stage: str, variant: str, arch: str, inputs: dict,
+             produce: Callable[[Path], dict]) -> Artifact:
+        model = self.cfg.model.name
+        key = make_key(inputs)
+        label = f"{variant}/{arch}" if arch != ANY_ARCH or stage != "quantize" else variant
+        slot = self.store.slot(stage, model, variant, arch)
+        with self.store.lock(slot):
+            hit = self.store.lookup(stage, model, variant, arch, key)
+            if hit and stage not in self.force:
+                self.report.stage(stage, label, f"[green]cached[/green] {key}")
+                return hit
+            self.store.sweep(slot)
+            previous = self.store.entries(stage, model, variant, arch)
+            if stage in self.force:
+                why = "forced"
+            elif previous:
+                changes = diff_inputs(previous[0].manifest.get("inputs", {}), inputs)
+                why = "changed: " + "; ".join(changes[:4]) + (f" (+{len(changes) - 4} more)" if len(changes) > 4 else "")
+            else:
+                why = "no cached result"
+            self.report.stage(stage, label, f"[cyan]running[/cyan] {key} ({why})")
+            started = time.time()
+            t0 = time.perf_counter()
+            with self.store.staging(slot, key) as tmp:
+                results = produce(tmp)
+                art = self.store.commit(tmp, slot / key, {
+                    "stage": stage, "model": model, "variant": variant, "arch": arch,
+                    "created": started, "duration_s": round(time.perf_counter() - t0, 3),
+                    "inputs": inputs, "versions": toolchain.versions(), "environment": toolchain.environment(),
+                    "results": results,
+                })
+            self.report.stage(stage, label, f"[green]done[/green] {key} in {art.manifest['duration_s']:.1f}s")
+            return art
+
+    # --- stages ------------------------------------------------------------------------------
+    def checkpoint(self):
+        if self._ckpt is None:
+            info = inspect_checkpoint(self.cfg.model.checkpoint, self.cfg.model.allow_pickle)
+            fp = file_fingerprint(info.path)
+            if self.cfg.model.tokenizer:
+                fp = {"checkpoint": fp, "tokenizer": file_fingerprint(self.cfg.model.tokenizer)}
+            self._ckpt = (info, fp)
+        return self._ckpt
+
+    def quantize(self, variant: Variant) -> Artifact:
+        from .stages import quantize
+
+        check_archs(variant.quantization, self.cfg.build.archs, f"variants '{variant.name}'")
+        info, fingerprint = self.checkpoint()
+        calset = load_texts(self.cfg.calibration)
+        b = self.cfg.build
+        inputs = {
+            "checkpoint": fingerprint,
+            "quantization": variant.quantization.model_dump(mode="json"),
+            "calibration": {**self.cfg.calibration.model_dump(mode="json", exclude={"data"}),
+                            "data_sha256": calset.sha256},
+            "export": {"dtype": b.dtype, "tp_size": b.tp_size, "pp_size": b.pp_size},
+            "versions": toolchain.versions("torch", "transformers", "modelopt"),
+        }
+        return self.step("quantize", variant.name, ANY_ARCH, inputs,
+                         lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report))
+
+    def archs(self) -> list[str]:
+        return [ANY_ARCH] if self.cfg.build.target == "torch" else list(self.cfg.build.archs)
+
+    def build(self, variant: Variant, checkpoint: Artifact, arch: str) -> Artifact:
+        from .stages import build
+
+        inputs = {
+            "checkpoint_key": checkpoint.key,
+            "build": self.cfg.build.model_dump(mode="json", exclude={"archs"}),
+            "arch": arch,
+            "versions": toolchain.versions("torch", "transformers", "modelopt", "tensorrt_llm"),
+        }
+        return self.step("build", variant.name, arch, inputs,
+                         lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out))
+
+    def repo(self, variant: Variant, engine: Artifact, arch: str) -> Artifact:
+        from .stages import repository
+
+        models = Path(str(resources.files("model_repo")))
+        inputs = {
+            "engine_key": engine.key,
+            "serving": {"max_tokens_cap": self.cfg.serving.max_tokens_cap},
+            "build": self.cfg.build.model_dump(mode="json", exclude={"archs"}),
+            "model_repo": file_fingerprint(models) if models.is_dir() else {},
+            "versions": toolchain.versions(),
+        }
+        return self.step("repo", variant.name, arch, inputs,
+                         lambda out: repository.write_repository(out, engine.path, self.cfg))
+
+    def run(self, variants: list[Variant], until: str = "repo") -> list[Outcome]:
+        """Run every stage up to `until` (at most `repo`; serving is the caller's) for each variant."""
+        last = min(stage_index(until), stage_index("repo"))
+        outcomes = []
+        for v in variants:
+            o = Outcome(v.name)
+            o.artifacts["quantize"] = ck = self.quantize(v)
+            if last >= stage_index("build"):
+                for arch in self.archs():
+                    o.artifacts[f"build:{arch}"] = eng = self.build(v, ck, arch)
+                    if last >= stage_index("repo"):
+                        o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch)
+            outcomes.append(o)
+        return outcomes

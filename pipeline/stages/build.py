@@ -1,0 +1,62 @@
+"""Stage 2: turn a quantized checkpoint into something a server can load, per target.
+
+`torch`: LPX's reference engine folder - the ModelOpt state folder (hard-linked, not copied)
+plus `lpx_engine.json` with the runtime limits. `engine` and `llmapi` need TensorRT-LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..config import Config, Variant
+from ..errors import PipelineError
+from .quantize import STATE_FILE
+
+ENGINE_FILE = "lpx_engine.json"
+TOKENS_PER_BLOCK = 32
+
+
+def link_tree(src: Path, dest: Path) -> int:
+    """Hard-link every file of src into dest (copy where linking is not possible). Returns bytes."""
+    total = 0
+    for f in sorted(Path(src).rglob("*")):
+        if not f.is_file():
+            continue
+        target = dest / f.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, target)
+        except OSError:
+            shutil.copy2(f, target)
+        total += f.stat().st_size
+    return total
+
+
+def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -> dict:
+    target = cfg.build.target
+    if target != "torch":
+        raise PipelineError(
+            f"build.target '{target}' needs TensorRT-LLM's build tools, which this LPX release does not drive yet - "
+            "set build.target: torch to run the reference engine"
+        )
+    nbytes = link_tree(checkpoint / "state", out)
+    b = cfg.build
+    engine = {
+        "target": "torch", "format": variant.quantization.format, "kv_cache": variant.quantization.kv_cache,
+        "dtype": b.dtype, "max_batch_size": b.max_batch_size, "max_input_len": b.max_input_len,
+        "max_seq_len": b.max_seq_len, "max_num_tokens": b.max_num_tokens, "tokens_per_block": TOKENS_PER_BLOCK,
+        "state_file": STATE_FILE,
+    }
+    (out / ENGINE_FILE).write_text(json.dumps(engine, indent=2) + "\n")
+    return {"engine": engine, "bytes": nbytes}
+
+
+def read_engine(engine_dir: Path) -> dict:
+    try:
+        return json.loads((Path(engine_dir) / ENGINE_FILE).read_text())
+    except (OSError, ValueError):
+        raise PipelineError(f"{engine_dir} is not an LPX engine folder (no readable {ENGINE_FILE}) - "
+                            "run 'lpx build'") from None

@@ -1,0 +1,36 @@
+"""Versions of the tools that shape each stage's output (they go into the cache keys)."""
+
+from __future__ import annotations
+
+import platform
+from functools import cache
+from importlib import metadata
+
+from . import __version__
+
+PACKAGES = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "modelopt": "nvidia-modelopt",
+    "tensorrt_llm": "tensorrt_llm",
+    "tritonclient": "tritonclient",
+    "pytriton": "nvidia-pytriton",
+}
+
+
+@cache
+def version(name: str) -> str | None:
+    try:
+        return metadata.version(PACKAGES.get(name, name))
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions(*names: str) -> dict[str, str | None]:
+    out = {n: version(n) for n in (names or tuple(PACKAGES))}
+    out["lpx"] = __version__
+    return out
+
+
+def environment() -> dict[str, str]:
+    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system()}

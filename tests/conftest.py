@@ -1,0 +1,33 @@
+"""Shared fixtures. Every test gets its own LPX_HOME, so no test sees another's state."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    home = tmp_path / "lpx_home"
+    monkeypatch.setenv("LPX_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """The demo's tiny Llama checkpoint, written once per test session (seeded)."""
+    from pipeline.demo import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+@pytest.fixture
+def demo_config(tmp_path, tiny_checkpoint):
+    """A demo lpx.yaml in tmp_path pointing at the shared tiny checkpoint; returns its path."""
+    import yaml
+
+    from pipeline.demo import demo_config_dict
+
+    data = demo_config_dict(str(tiny_checkpoint))
+    path = tmp_path / "lpx.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
