@@ -24,7 +24,7 @@ from .errors import PipelineError
 MANIFEST = "manifest.json"
 SCHEMA = 1
 # stage name -> folder under artifacts/
-KINDS = {"quantize": "checkpoints", "build": "engines", "repo": "repos"}
+KINDS = {"quantize": "checkpoints", "eval": "evals", "build": "engines", "repo": "repos"}
 
 
 def home() -> Path:

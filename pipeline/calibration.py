@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .config import Calibration
+from .config import Calibration, Evaluation
 from .errors import PipelineError
 
 BUILTIN = "lpx:calibration.txt"
+HELDOUT = "lpx:heldout.txt"
 
 
 @dataclass
@@ -25,21 +26,23 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
 
 
-def load_texts(cal: Calibration) -> CalibrationSet:
+def load_texts(cal: Calibration | Evaluation, key: str = "calibration") -> CalibrationSet:
+    """Samples from `cal.data`, or from LPX's own text (calibration or held-out) when unset."""
     if cal.data is None:
-        raw = resources.files("pipeline.data").joinpath("calibration.txt").read_bytes()
-        texts, source = _paragraphs(raw.decode("utf-8")), BUILTIN
+        builtin = BUILTIN if key == "calibration" else HELDOUT
+        raw = resources.files("pipeline.data").joinpath(builtin.split(":", 1)[1]).read_bytes()
+        texts, source = _paragraphs(raw.decode("utf-8")), builtin
     else:
         path = Path(cal.data)
         if not path.is_file():
-            raise PipelineError(f"calibration.data: no file at {path} - give a .txt or .jsonl file, or remove the key "
+            raise PipelineError(f"{key}.data: no file at {path} - give a .txt or .jsonl file, or remove the key "
                                 "to use LPX's built-in text", exit_code=2)
         raw = path.read_bytes()
         source = str(path)
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise PipelineError(f"calibration.data: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2) from None
+            raise PipelineError(f"{key}.data: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2) from None
         if path.suffix == ".jsonl":
             texts = []
             for n, line in enumerate(content.splitlines(), 1):
@@ -50,18 +53,18 @@ def load_texts(cal: Calibration) -> CalibrationSet:
                     value = row[cal.jsonl_field]
                 except (ValueError, KeyError, TypeError):
                     raise PipelineError(
-                        f"calibration.data: {path} line {n} is not a JSON object with a '{cal.jsonl_field}' field - "
-                        "fix the line or set calibration.jsonl_field", exit_code=2) from None
+                        f"{key}.data: {path} line {n} is not a JSON object with a '{cal.jsonl_field}' field - "
+                        f"fix the line or set {key}.jsonl_field", exit_code=2) from None
                 if isinstance(value, str) and value.strip():
                     texts.append(value.strip())
         else:
             texts = _paragraphs(content)
     if not texts:
-        raise PipelineError(f"calibration.data: {source} holds no text samples", exit_code=2)
+        raise PipelineError(f"{key}.data: {source} holds no text samples", exit_code=2)
     if len(texts) < cal.samples:
         raise PipelineError(
-            f"calibration: {source} has {len(texts)} samples but calibration.samples asks for {cal.samples} - "
-            "lower calibration.samples or give a larger calibration.data file", exit_code=2)
+            f"{key}: {source} has {len(texts)} samples but {key}.samples asks for {cal.samples} - "
+            f"lower {key}.samples or give a larger {key}.data file", exit_code=2)
     return CalibrationSet(source, texts[: cal.samples], hashlib.sha256(raw).hexdigest()[:16])
 
 

@@ -33,6 +33,7 @@ config_option = click.option("-c", "--config", "config_path", type=click.Path(pa
                              help="lpx.yaml to use (default: $LPX_CONFIG, ./lpx.yaml, else the built-in demo).")
 variant_option = click.option("--variant", "variants", multiple=True, help="Only these variants (repeatable).")
 force_option = click.option("--force", is_flag=True, help="Re-run the stage even if a cached result matches.")
+skip_gate_option = click.option("--skip-gate", is_flag=True, help="Build variants that fail quality_gate (with a warning).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,31 +60,40 @@ def init(directory: Path) -> None:
 @variant_option
 @click.option("--until", type=click.Choice(STAGES), default="serve", show_default=True, help="Last stage to run.")
 @force_option
-def run(config_path, variants, until, force) -> None:
+@skip_gate_option
+def run(config_path, variants, until, force, skip_gate) -> None:
     """Run the stages in order; `serve` starts Triton, streams one completion and stops."""
     report = Reporter()
     cfg = _config(config_path, report)
-    _run(cfg, variants, until, set(STAGES) if force else set(), report, smoke=True)
+    _run(cfg, variants, until, set(STAGES) if force else set(), report, smoke=True, skip_gate=skip_gate)
 
 
-def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, smoke: bool) -> None:
+def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, smoke: bool,
+         skip_gate: bool = False) -> list:
     from .runner import Runner
 
     selected = cfg.select(variants)
-    outcomes = Runner(cfg, report, force).run(selected, until)
+    runner = Runner(cfg, report, force, skip_gate=skip_gate)
+    outcomes = runner.run(selected, until)
+    if until == "eval":
+        from .report import eval_table
+
+        stdout_console().print(eval_table(outcomes, cfg))
+    runner.raise_gate_failures()
     if until != "serve":
-        return
+        return outcomes
     from .serving import serve_and_check, serve_forever_repo
 
     repos = [(o.variant, k, a) for o in outcomes for k, a in o.artifacts.items() if k.startswith("repo:")]
     if smoke:
         for variant, _, art in repos:
             serve_and_check(cfg, variant, art, report, stdout_console())
-        return
+        return outcomes
     if len(repos) != 1:
         names = ", ".join(f"{v} ({k[5:]})" for v, k, _ in repos)
         raise PipelineError(f"'lpx serve' serves one repository; pick one with --variant (have: {names})", 2)
     serve_forever_repo(cfg, repos[0][0], repos[0][2], report)
+    return outcomes
 
 
 def _stage_command(stage: str, doc: str):
@@ -91,15 +101,18 @@ def _stage_command(stage: str, doc: str):
     @config_option
     @variant_option
     @force_option
-    def command(config_path, variants, force) -> None:
+    @skip_gate_option
+    def command(config_path, variants, force, skip_gate) -> None:
         report = Reporter()
         cfg = _config(config_path, report)
-        _run(cfg, variants, stage, {stage} if force else set(), report, smoke=False)
+        _run(cfg, variants, stage, {stage} if force else set(), report, smoke=False, skip_gate=skip_gate)
 
     return command
 
 
 _stage_command("quantize", "Quantize each variant with ModelOpt and export its checkpoints.")
+_stage_command("eval", "Measure each variant against the unquantized model (KL, top-1 agreement, perplexity) "
+               "and apply quality_gate.")
 _stage_command("build", "Build the engine of each variant (runs quantize first where needed).")
 _stage_command("repo", "Write the Triton model repository of each variant (runs earlier stages where needed).")
 
@@ -108,14 +121,15 @@ _stage_command("repo", "Write the Triton model repository of each variant (runs 
 @config_option
 @variant_option
 @force_option
+@skip_gate_option
 @click.option("--host", default=None, help="Address to bind (default: serving.host, 127.0.0.1).")
-def serve(config_path, variants, force, host) -> None:
+def serve(config_path, variants, force, skip_gate, host) -> None:
     """Serve one variant's repository with tritonserver until Ctrl-C."""
     report = Reporter()
     cfg = _config(config_path, report)
     if host:
         cfg.serving.host = host
-    _run(cfg, variants, "serve", {"serve"} if force else set(), report, smoke=False)
+    _run(cfg, variants, "serve", {"serve"} if force else set(), report, smoke=False, skip_gate=skip_gate)
 
 
 @cli.command()

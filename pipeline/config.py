@@ -14,7 +14,7 @@ from .errors import ConfigError, PipelineError
 FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
 KV_CACHE = ("none", "fp8", "int8")
 TARGETS = ("engine", "llmapi", "torch")
-STAGES = ("quantize", "build", "repo", "serve")
+STAGES = ("quantize", "eval", "build", "repo", "serve")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 
@@ -49,6 +49,21 @@ class Calibration(Strict):
     samples: int = Field(32, ge=1)
     seq_len: int = Field(256, ge=8)
     batch_size: int = Field(1, ge=1)
+
+
+class Evaluation(Strict):
+    data: Path | None = Field(None, description="Held-out .txt/.jsonl text; LPX's own held-out text if unset.")
+    jsonl_field: str = "text"
+    samples: int = Field(10, ge=1)
+    seq_len: int = Field(256, ge=8)
+
+
+class QualityGate(Strict):
+    """Limits a quantized variant must meet against the unquantized model before it is built."""
+
+    max_kl: float | None = Field(None, ge=0, description="Largest mean KL divergence of next-token distributions.")
+    min_top1_agreement: float | None = Field(None, ge=0, le=1, description="Smallest share of equal argmax tokens.")
+    max_ppl_increase_pct: float | None = Field(None, ge=0, description="Largest perplexity increase, percent.")
 
 
 class Build(Strict):
@@ -95,6 +110,8 @@ class Config(Strict):
     model: ModelSection
     variants: list[Variant] = Field(min_length=1)
     calibration: Calibration = Field(default_factory=Calibration)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+    quality_gate: QualityGate = Field(default_factory=QualityGate)
     build: Build = Field(default_factory=Build)
     serving: Serving = Field(default_factory=Serving)
 
@@ -158,6 +175,7 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
     cfg.model.checkpoint = res(cfg.model.checkpoint)
     cfg.model.tokenizer = res(cfg.model.tokenizer)
     cfg.calibration.data = res(cfg.calibration.data)
+    cfg.evaluation.data = res(cfg.evaluation.data)
     return cfg
 
 

@@ -13,6 +13,7 @@ from .artifacts import Artifact, Store, diff_inputs, file_fingerprint, make_key
 from .calibration import load_texts
 from .checkpoint import inspect_checkpoint
 from .config import STAGES, Config, Variant
+from .errors import PipelineError
 from .progress import Reporter
 from .recipes import check_archs
 
@@ -31,8 +32,9 @@ def stage_index(stage: str) -> int:
 
 class Runner:
     def __init__(self, cfg: Config, report: Reporter | None = None, force: set[str] | None = None,
-                 store: Store | None = None):
+                 store: Store | None = None, skip_gate: bool = False):
         self.cfg = cfg
+        self.skip_gate = skip_gate
         self.report = report or Reporter()
         self.force = force or set()
         self.store = store or Store()
@@ -101,6 +103,34 @@ class Runner:
         return self.step("quantize", variant.name, ANY_ARCH, inputs,
                          lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report))
 
+    def evaluate(self, variant: Variant, checkpoint: Artifact) -> Artifact:
+        from .stages import evaluate
+
+        info, fingerprint = self.checkpoint()
+        texts = load_texts(self.cfg.evaluation, key="evaluation")
+        inputs = {
+            "checkpoint": fingerprint,
+            "checkpoint_key": checkpoint.key,
+            "evaluation": {**self.cfg.evaluation.model_dump(mode="json", exclude={"data"}), "data_sha256": texts.sha256},
+            "versions": toolchain.versions("torch", "transformers", "modelopt"),
+        }
+        return self.step("eval", variant.name, ANY_ARCH, inputs,
+                         lambda out: evaluate.run(self.cfg, variant, info, checkpoint.path, texts, self.report))
+
+    def gate(self, variant: Variant, evaluation: Artifact) -> str | None:
+        """The reason a variant must not be built (quality gate failed), or None."""
+        from .stages.evaluate import gate_failures
+
+        failures = gate_failures(evaluation.manifest["results"], self.cfg.quality_gate)
+        if not failures:
+            return None
+        text = "; ".join(failures)
+        if self.skip_gate:
+            self.report.warn(f"variant '{variant.name}' fails the quality gate ({text}); building it anyway (--skip-gate)")
+            return None
+        self.report.stage("gate", variant.name, f"[red]FAIL[/red] {text} - not built")
+        return f"variant '{variant.name}' fails the quality gate: {text}"
+
     def archs(self) -> list[str]:
         return [ANY_ARCH] if self.cfg.build.target == "torch" else list(self.cfg.build.archs)
 
@@ -134,13 +164,26 @@ class Runner:
         """Run every stage up to `until` (at most `repo`; serving is the caller's) for each variant."""
         last = min(stage_index(until), stage_index("repo"))
         outcomes = []
+        self.gate_failures: list[str] = []
         for v in variants:
             o = Outcome(v.name)
+            outcomes.append(o)
             o.artifacts["quantize"] = ck = self.quantize(v)
+            if last >= stage_index("eval"):
+                o.artifacts["eval"] = ev = self.evaluate(v, ck)
+                failure = self.gate(v, ev)
+                if failure:
+                    self.gate_failures.append(failure)
+                    continue
             if last >= stage_index("build"):
                 for arch in self.archs():
                     o.artifacts[f"build:{arch}"] = eng = self.build(v, ck, arch)
                     if last >= stage_index("repo"):
                         o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch)
-            outcomes.append(o)
         return outcomes
+
+    def raise_gate_failures(self) -> None:
+        if self.gate_failures:
+            raise PipelineError(
+                "\n".join(self.gate_failures) + "\nfix: choose another format, keep sensitive layers in high precision "
+                "with quantization.exclude, relax quality_gate, or pass --skip-gate")

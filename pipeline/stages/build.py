@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import Config, Variant
 from ..errors import PipelineError
+from .evaluate import CUDA_ONLY
 from .quantize import STATE_FILE
 
 ENGINE_FILE = "lpx_engine.json"
@@ -42,6 +43,10 @@ def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -
             f"build.target '{target}' needs TensorRT-LLM's build tools, which this LPX release does not drive yet - "
             "set build.target: torch to run the reference engine"
         )
+    fmt = variant.quantization.format
+    if fmt in CUDA_ONLY and not _cuda():
+        raise PipelineError(f"variant '{variant.name}': format '{fmt}' cannot run on the torch target without a CUDA "
+                            "GPU (ModelOpt simulates it on CUDA only) - build it for target engine/llmapi, or on a GPU")
     nbytes = link_tree(checkpoint / "state", out)
     b = cfg.build
     engine = {
@@ -52,6 +57,12 @@ def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -
     }
     (out / ENGINE_FILE).write_text(json.dumps(engine, indent=2) + "\n")
     return {"engine": engine, "bytes": nbytes}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def read_engine(engine_dir: Path) -> dict:

@@ -23,6 +23,8 @@ from ..progress import Reporter
 from ..recipes import recipe
 
 STATE_FILE = "modelopt_state.pth"
+HF_EXPORT_UNSUPPORTED_KV = {"int8": "ModelOpt's unified HF export has no INT8 KV cache (FP8/NVFP4 only): "
+                                    "no hf/ folder, so target llmapi cannot use this variant"}
 # TensorRT-LLM decoder names for ModelOpt's TRT-LLM export, by HF architecture
 DECODERS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen",
             "Qwen3ForCausalLM": "qwen", "Gemma2ForCausalLM": "gemma2", "Phi3ForCausalLM": "phi3"}
@@ -102,7 +104,9 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
         "recipe": quant_cfg, "device": device(),
         "calibration": {"source": calset.source, "sha256": calset.sha256, "samples": len(calset.texts),
                         "seq_len": cfg.calibration.seq_len, "batch_size": cfg.calibration.batch_size},
-        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "exports": sorted(p.name for p in out.iterdir() if p.is_dir()),
+        "notes": [v for k, v in timings.items() if k.endswith("_skipped")],
+        "timings": {k: round(v, 3) for k, v in timings.items() if not k.endswith("_skipped")},
     }
 
 
@@ -132,6 +136,10 @@ def _export(cfg: Config, variant: Variant, info: CheckpointInfo, model, out: Pat
                                    inference_pipeline_parallel=cfg.build.pp_size)
     timings["export_trtllm_s"] = time.perf_counter() - t0
 
+    if variant.quantization.kv_cache in HF_EXPORT_UNSUPPORTED_KV:
+        # ModelOpt 0.47's unified HF export accepts FP8/NVFP4 KV caches only; TensorRT-LLM's checkpoint has INT8.
+        timings["export_hf_skipped"] = HF_EXPORT_UNSUPPORTED_KV[variant.quantization.kv_cache]
+        return timings
     t0 = time.perf_counter()
     model = restore(state, cfg.build.dtype)  # a clean copy: the TRT-LLM export changed the weights
     hf = out / "hf"
@@ -153,5 +161,6 @@ def restore(state: Path, dtype: str, on: str | None = None):
 
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(state), dtype=torch_dtype(dtype))
     model = model.to(on or device())
-    mto.restore(model, state / STATE_FILE)
+    with contextlib.redirect_stdout(io.StringIO()):  # ModelOpt prints one line per registered module
+        mto.restore(model, state / STATE_FILE)
     return model.eval()
