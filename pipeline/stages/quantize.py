@@ -95,7 +95,10 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
             t0 = time.perf_counter()
             model = mtq.quantize(model, quant_cfg, forward_loop)
             timings["calibrate_s"] = time.perf_counter() - t0
-        timings.update(_export(cfg, variant, info, model, out, tok_src))
+        timings.update(_save_and_export_trtllm(cfg, info, model, out, tok_src))
+        del model  # both exports rewrite weights in place; free this copy before restoring a clean one
+        _release_memory()
+        timings.update(_export_hf(cfg, variant, info, out, tok_src))
     for w in caught:
         log.write(f"warning: {w.category.__name__}: {w.message}\n")
     (out / "quantize.log").write_text(log.getvalue(), encoding="utf-8")
@@ -110,10 +113,19 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
     }
 
 
-def _export(cfg: Config, variant: Variant, info: CheckpointInfo, model, out: Path, tok_src: Path) -> dict:
+def _release_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _save_and_export_trtllm(cfg: Config, info: CheckpointInfo, model, out: Path, tok_src: Path) -> dict:
     """Save the ModelOpt state first: both exports rewrite the model's weights in place."""
     import modelopt.torch.opt as mto
-    import torch
 
     timings = {}
     t0 = time.perf_counter()
@@ -128,14 +140,21 @@ def _export(cfg: Config, variant: Variant, info: CheckpointInfo, model, out: Pat
     if decoder is None:
         raise PipelineError(f"No TensorRT-LLM export for architecture {info.architecture}; "
                             f"supported: {', '.join(sorted(DECODERS))}")
-    from modelopt.torch.export import export_hf_checkpoint, export_tensorrt_llm_checkpoint
+    from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
     t0 = time.perf_counter()
     export_tensorrt_llm_checkpoint(model, decoder, torch_dtype(cfg.build.dtype), out / "trtllm",
                                    inference_tensor_parallel=cfg.build.tp_size,
                                    inference_pipeline_parallel=cfg.build.pp_size)
     timings["export_trtllm_s"] = time.perf_counter() - t0
+    return timings
 
+
+def _export_hf(cfg: Config, variant: Variant, info: CheckpointInfo, out: Path, tok_src: Path) -> dict:
+    from modelopt.torch.export import export_hf_checkpoint
+
+    timings: dict = {}
+    state = out / "state"
     if variant.quantization.kv_cache in HF_EXPORT_UNSUPPORTED_KV:
         # ModelOpt 0.47's unified HF export accepts FP8/NVFP4 KV caches only; TensorRT-LLM's checkpoint has INT8.
         timings["export_hf_skipped"] = HF_EXPORT_UNSUPPORTED_KV[variant.quantization.kv_cache]

@@ -1,0 +1,222 @@
+"""Stream text from a Triton `ensemble` over gRPC (bidirectional stream) or HTTP (generate_stream SSE).
+
+Request tensors follow upstream's ensemble: `text_input` BYTES, `max_tokens` INT32, `stream` BOOL,
+plus optional sampling inputs only when given; the response tensor is `text_output` BYTES.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import PipelineError
+
+START_HINT = "is the server running? start it with 'lpx serve'"
+# Triton datatypes of upstream's optional ensemble inputs; others are inferred from the value.
+PARAM_TYPES = {
+    "end_id": "INT32", "pad_id": "INT32", "top_k": "INT32", "min_length": "INT32", "beam_width": "INT32",
+    "top_p": "FP32", "temperature": "FP32", "length_penalty": "FP32", "repetition_penalty": "FP32",
+    "presence_penalty": "FP32", "frequency_penalty": "FP32", "random_seed": "UINT64",
+    "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
+    "bad_words": "BYTES", "stop_words": "BYTES",
+}
+NP_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_, "BYTES": np.object_}
+
+
+@dataclass
+class Chunk:
+    text: str
+    t: float  # time.perf_counter() when received
+    token_ids: list[int] | None = None
+
+
+@dataclass
+class Result:
+    text: str
+    ttft_s: float
+    total_s: float
+    chunks: int
+    tokens_per_s: float
+
+
+def _dtype(name: str, value: Any) -> str:
+    if name in PARAM_TYPES:
+        return PARAM_TYPES[name]
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT32"
+    if isinstance(value, float):
+        return "FP32"
+    return "BYTES"
+
+
+def _inputs(prompt: str, max_tokens: int, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    values = {"text_input": prompt, "max_tokens": int(max_tokens), "stream": True}
+    values.update({k: v for k, v in params.items() if v is not None})
+    return {k: ("BYTES" if k == "text_input" else "INT32" if k == "max_tokens" else _dtype(k, v), v)
+            for k, v in values.items()}
+
+
+def _loopback(url: str) -> bool:
+    """A server on this machine: reach it directly even when http_proxy/grpc_proxy are set."""
+    host = url.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _decode(arr: np.ndarray | None) -> str:
+    if arr is None:
+        return ""
+    return "".join(x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in arr.reshape(-1))
+
+
+def generate_stream(url: str, prompt: str, max_tokens: int, model: str = "ensemble", protocol: str = "grpc",
+                    timeout_s: float = 600.0, **params: Any) -> Iterator[Chunk]:
+    """Yield text chunks as the server produces them; PipelineError on any server or connection error."""
+    if protocol == "grpc":
+        return _grpc_stream(url, prompt, max_tokens, model, timeout_s, params)
+    if protocol == "http":
+        return _http_stream(url, prompt, max_tokens, model, timeout_s, params)
+    raise PipelineError(f"Unknown protocol {protocol!r} - use 'grpc' or 'http'")
+
+
+def generate(url: str, prompt: str, max_tokens: int, model: str = "ensemble", protocol: str = "grpc",
+             timeout_s: float = 600.0, **params: Any) -> Result:
+    """Collect a stream: text, time to first chunk, total time, chunk count, chunks/s after the first."""
+    t0 = time.perf_counter()
+    parts: list[str] = []
+    times: list[float] = []
+    for chunk in generate_stream(url, prompt, max_tokens, model, protocol, timeout_s, **params):
+        parts.append(chunk.text)
+        times.append(chunk.t)
+    end = time.perf_counter()
+    ttft = (times[0] - t0) if times else end - t0
+    after = (times[-1] - times[0]) if len(times) > 1 else 0.0
+    tps = (len(times) - 1) / after if after > 0 else 0.0
+    return Result("".join(parts), ttft, end - t0, len(times), tps)
+
+
+# -- gRPC -------------------------------------------------------------------------------------------
+def _grpc_error(url: str, model: str, err: Exception) -> PipelineError:
+    msg = str(err)
+    status = getattr(err, "status", lambda: None)()
+    if "UNAVAILABLE" in str(status) or "failed to connect" in msg.lower() or "connection refused" in msg.lower():
+        return PipelineError(f"Cannot reach Triton gRPC at {url} - {START_HINT}", detail=msg)
+    return PipelineError(f"Triton refused the request to model '{model}' at {url}: {msg} - "
+                         "check the model name and its inputs ('lpx repo' writes the repository)", detail=msg)
+
+
+def _grpc_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: float,
+                 params: dict[str, Any]) -> Iterator[Chunk]:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    inputs = []
+    for name, (dtype, value) in _inputs(prompt, max_tokens, params).items():
+        arr = np.array([[value.encode() if isinstance(value, str) else value]], dtype=NP_TYPES[dtype])
+        inp = grpcclient.InferInput(name, list(arr.shape), dtype)
+        inp.set_data_from_numpy(arr)
+        inputs.append(inp)
+    outputs: queue.Queue[tuple[float, Any, Any]] = queue.Queue()
+    size = 2**31 - 1
+    direct = [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
+              ("grpc.enable_http_proxy", 0)]
+    client = grpcclient.InferenceServerClient(url, channel_args=direct if _loopback(url) else None)
+    done = False
+    try:
+        client.start_stream(callback=lambda result, error: outputs.put((time.perf_counter(), result, error)))
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            try:
+                t, result, error = outputs.get(timeout=timeout_s)
+            except queue.Empty:
+                raise PipelineError(f"No response from {url} for {timeout_s:.0f} s - "
+                                    "check the server's log or raise the timeout") from None
+            if error is not None:
+                raise _grpc_error(url, model, error)
+            text = _decode(result.as_numpy("text_output"))
+            ids = result.as_numpy("output_ids")
+            if text or ids is not None:
+                yield Chunk(text, t, ids.reshape(-1).tolist() if ids is not None else None)
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                done = True
+                return
+    except InferenceServerException as e:  # a broken stream reports its reason through the callback
+        raise _grpc_error(url, model, _first_error(outputs) or e) from None
+    finally:
+        try:
+            # Cancel only an unfinished request: cancelling a finished one sometimes leaves the
+            # python backend model "live" at shutdown, so SIGTERM waits the whole exit timeout.
+            client.stop_stream(cancel_requests=not done)
+        finally:
+            client.close()
+
+
+def _first_error(outputs: queue.Queue[tuple[float, Any, Any]], wait_s: float = 2.0) -> Exception | None:
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            _, _, error = outputs.get(timeout=left)
+        except queue.Empty:
+            return None
+        if error is not None:
+            return error
+    return None
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+def _http_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: float,
+                 params: dict[str, Any]) -> Iterator[Chunk]:
+    import requests
+
+    base = url if url.startswith(("http://", "https://")) else f"http://{url}"
+    body = {k: v for k, (_, v) in _inputs(prompt, max_tokens, params).items()}
+    # One connection per request, closed by the server when done: a connection kept alive (even by
+    # a traceback that references it) stops Triton from draining on SIGTERM until its exit timeout.
+    with requests.Session() as session:
+        session.trust_env = not _loopback(url)
+        try:
+            resp = session.post(f"{base}/v2/models/{model}/generate_stream", json=body, stream=True,
+                                timeout=(10, timeout_s), headers={"Connection": "close"})
+        except requests.ConnectionError as e:
+            raise PipelineError(f"Cannot reach Triton HTTP at {url} - {START_HINT}", detail=str(e)) from None
+        except requests.Timeout as e:
+            raise PipelineError(f"No response from {url} for {timeout_s:.0f} s - check the server's log",
+                                detail=str(e)) from None
+        with resp:
+            yield from _sse_chunks(resp, url, model)
+
+
+def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
+    import requests
+
+    if resp.status_code != 200:
+        try:
+            msg = resp.json().get("error", resp.text)
+        except ValueError:
+            msg = resp.text
+        raise PipelineError(f"Triton refused the request to model '{model}' at {url} (HTTP {resp.status_code}): "
+                            f"{msg} - check the model name and its inputs", detail=msg)
+    try:
+        for line in resp.iter_lines(decode_unicode=False):
+            if not line.startswith(b"data:"):
+                continue
+            t = time.perf_counter()
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise PipelineError(f"Triton failed the request to model '{model}' at {url}: {event['error']}",
+                                    detail=str(event["error"]))
+            text = event.get("text_output", "")
+            text = "".join(text) if isinstance(text, list) else str(text)
+            ids = event.get("output_ids")
+            if text or ids is not None:
+                yield Chunk(text, t, list(np.ravel(ids).tolist()) if ids is not None else None)
+    except requests.RequestException as e:
+        raise PipelineError(f"Stream from {url} broke off - {START_HINT}", detail=str(e)) from None

@@ -1,0 +1,93 @@
+"""Build a torch-target engine dir from the tiny demo checkpoint, once per test session.
+
+What LPX's build stage writes for `target: torch`, reproduced here so the engine, repository and
+Triton tests do not depend on the build stage: the HF config and tokenizer files, the ModelOpt
+state of the FP8-quantized model (`mto.save`), and `lpx_engine.json`.
+
+Use it from a test module with `from helpers_engine import torch_engine_dir  # noqa: F401`.
+The fixture is session-scoped and its result is also cached here, so modules that import it
+share one checkpoint and one engine dir.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ENGINE_META = {
+    "target": "torch", "format": "fp8", "dtype": "bfloat16", "max_batch_size": 8, "max_input_len": 512,
+    "max_seq_len": 1024, "max_num_tokens": 4096, "tokens_per_block": 32, "state_file": "modelopt_state.pth",
+}
+COPY = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+        "special_tokens_map.json")
+_CACHE: dict[str, Path] = {}
+
+
+def calibration_texts(n: int = 4) -> list[str]:
+    from pipeline.demo import corpus_text, paragraphs
+
+    return paragraphs(corpus_text())[:n]
+
+
+def build_torch_engine(checkpoint: Path, dest: Path, fmt: str = "fp8") -> Path:
+    """Quantize `checkpoint` with ModelOpt (fp8 or none) and write a torch engine dir at `dest`."""
+    import modelopt.torch.opt as mto
+    import modelopt.torch.quantization as mtq
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dest.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    if fmt == "fp8":
+        tok = AutoTokenizer.from_pretrained(checkpoint)
+        batches = [tok(t, return_tensors="pt")["input_ids"][:, :64] for t in calibration_texts()]
+
+        def forward_loop(m) -> None:
+            with torch.no_grad():
+                for ids in batches:
+                    m(input_ids=ids)
+
+        mtq.quantize(model, mtq.FP8_DEFAULT_CFG, forward_loop)
+    elif fmt != "none":
+        raise ValueError(f"test helper supports fp8 and none, not {fmt}")
+    mto.save(model, dest / ENGINE_META["state_file"])
+    for name in COPY:
+        if (checkpoint / name).is_file():
+            shutil.copy2(checkpoint / name, dest / name)
+    (dest / "lpx_engine.json").write_text(json.dumps({**ENGINE_META, "format": fmt}, indent=2) + "\n")
+    return dest
+
+
+def session_engine_dir(factory: pytest.TempPathFactory) -> Path:
+    if "engine" not in _CACHE:
+        from pipeline.demo import write_checkpoint
+
+        root = factory.mktemp("torch_engine")
+        ckpt = write_checkpoint(root / "checkpoint")
+        _CACHE["checkpoint"] = ckpt
+        _CACHE["engine"] = build_torch_engine(ckpt, root / "engine")
+    return _CACHE["engine"]
+
+
+@pytest.fixture(scope="session")
+def torch_engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch engine dir (FP8 fake-quant tiny Llama), built once per session."""
+    return session_engine_dir(tmp_path_factory)
+
+
+def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: int, eos_id: int) -> list[int]:
+    """Greedy tokens from `model.generate` on the same restored model, cut after the first EOS."""
+    import torch
+
+    from pipeline.engines.torch_engine import load_model
+
+    model = load_model(engine_dir)
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
+            eos_token_id=eos_id, pad_token_id=eos_id,
+        )[0, len(prompt_ids):].tolist()
+    return out[: out.index(eos_id) + 1] if eos_id in out else out

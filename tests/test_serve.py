@@ -1,0 +1,189 @@
+"""TritonServer and the streaming client against a real tritonserver running a toy decoupled model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from pipeline import client
+from pipeline.errors import PipelineError
+from pipeline.stages import serve
+
+TOY_CONFIG = """
+name: "ensemble"
+backend: "python"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "temperature" data_type: TYPE_FP32 dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+# Streams the prompt back one word per response, at most max_tokens words, FINAL on the last one.
+TOY_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            limit = int(pb_utils.get_input_tensor_by_name(request, "max_tokens").as_numpy().reshape(-1)[0])
+            words = text.decode().split()[:limit]
+            if not words:
+                sender.send(flags=FINAL)
+            for i, word in enumerate(words):
+                out = pb_utils.Tensor("text_output", np.array([[(" " if i else "") + word]], dtype=object))
+                sender.send(pb_utils.InferenceResponse([out]), flags=FINAL if i == len(words) - 1 else 0)
+        return None
+'''
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, ::ffff:127.0.0.1 (gRPC)
+PROMPT = "the quick brown fox jumps over the lazy dog"
+
+
+def write_repo(root: Path, config: str = TOY_CONFIG) -> Path:
+    model = root / "ensemble"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(config)
+    (model / "1" / "model.py").write_text(TOY_MODEL)
+    return root
+
+
+def listening(port: int) -> set[str]:
+    """IPv4/IPv6 addresses (hex, as in /proc/net) with a LISTEN socket on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:
+                found.add(addr)
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One toy server for the streaming tests, with its own LPX_HOME."""
+    tmp = tmp_path_factory.mktemp("toy")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LPX_HOME", str(tmp / "lpx_home"))
+        with serve.TritonServer(write_repo(tmp / "repo"), ready_timeout_s=60) as s:
+            yield s
+
+
+# -- without a server ------------------------------------------------------------------------------
+def test_find_tritonserver_missing_names_fix(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setattr(serve, "CONTAINER_BIN", Path("/nonexistent/tritonserver"))
+    monkeypatch.setattr(serve, "bundled_root", lambda: None)
+    with pytest.raises(PipelineError, match=r"pip install 'lpx\[triton\]'"):
+        serve.find_tritonserver()
+
+
+def test_find_tritonserver_bundled():
+    path = serve.find_tritonserver()
+    assert path.is_file() and os.access(path, os.X_OK)
+
+
+def test_busy_port_fails_before_launch(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        srv = serve.TritonServer(write_repo(tmp_path / "repo"), grpc_port=port)
+        with pytest.raises(PipelineError, match=rf"{port}.*serving\.grpc_port"):
+            srv.start()
+        assert srv.proc is None
+
+
+def test_connection_refused_names_serve(tmp_path):
+    port = serve._pick_ports("127.0.0.1", 1)[0]
+    for protocol in ("grpc", "http"):
+        with pytest.raises(PipelineError, match="lpx serve"):
+            client.generate(f"127.0.0.1:{port}", "hi", 4, protocol=protocol, timeout_s=10)
+
+
+# -- with a server ---------------------------------------------------------------------------------
+@pytest.mark.triton
+def test_lifecycle_loopback_and_cleanup(tmp_path):
+    srv = serve.TritonServer(write_repo(tmp_path / "repo"), ready_timeout_s=60)
+    with srv:
+        assert srv.alive()
+        pid, prefix = srv.proc.pid, srv.shm_prefix
+        ports = srv.ports
+        assert len(set(ports.values())) == 3 and all(ports.values())
+        assert srv.http_url == f"127.0.0.1:{ports['http']}"
+        for port in ports.values():
+            addrs = listening(port)
+            assert addrs and addrs <= LOOPBACK, f"port {port} must listen on 127.0.0.1 only, not {addrs}"
+        assert client.generate(srv.grpc_url, "a b", 8).text == "a b"
+        assert list(Path("/dev/shm").glob(f"{prefix}*")), "python backend regions use our prefix"
+    assert srv.proc is None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+    srv.stop()  # idempotent
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_stream_words_in_order(server, protocol):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    chunks = list(client.generate_stream(url, PROMPT, 100, protocol=protocol, temperature=0.5))
+    assert [c.text.strip() for c in chunks] == PROMPT.split()
+    assert all(a.t <= b.t for a, b in zip(chunks, chunks[1:], strict=False))
+    res = client.generate(url, PROMPT, 3, protocol=protocol)
+    assert res.text == "the quick brown" and res.chunks == 3
+    assert 0 < res.ttft_s <= res.total_s and res.tokens_per_s > 0
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_unknown_model_is_pipeline_error(server, protocol):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    with pytest.raises(PipelineError, match="nope") as info:
+        client.generate(url, PROMPT, 4, model="nope", protocol=protocol, timeout_s=10)
+    assert "model name" in info.value.message
+
+
+@pytest.mark.triton
+def test_broken_config_shows_parse_error(tmp_path):
+    repo = write_repo(tmp_path / "repo", TOY_CONFIG.replace("max_batch_size: 8", "max_batch_size: 8 bogus_field: 1"))
+    srv = serve.TritonServer(repo, ready_timeout_s=60)
+    with pytest.raises(PipelineError, match="exited") as info:
+        srv.start()
+    assert "Error parsing text-format inference.ModelConfig" in (info.value.detail or "")
+    assert srv.proc is None and not list(Path("/dev/shm").glob(f"{srv.shm_prefix}*"))
+
+
+@pytest.mark.triton
+def test_serve_forever_returns_on_signal_and_raises_on_death(tmp_path):
+    with serve.TritonServer(write_repo(tmp_path / "repo"), ready_timeout_s=60) as srv:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        serve.serve_forever(srv, poll_s=0.1)  # returns instead of raising KeyboardInterrupt
+        assert srv.alive()
+        prefix = srv.shm_prefix
+        srv.proc.kill()  # Triton dies; its stubs and /dev/shm regions are left behind
+        with pytest.raises(PipelineError, match="stopped unexpectedly"):
+            serve.serve_forever(srv, poll_s=0.1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not list(Path("/dev/shm").glob(f"{prefix}*"))
