@@ -16,16 +16,9 @@ from typing import Any
 import numpy as np
 
 from .errors import PipelineError
+from .tensors import triton_dtype
 
 START_HINT = "is the server running? start it with 'lpx serve'"
-# Triton datatypes of upstream's optional ensemble inputs; others are inferred from the value.
-PARAM_TYPES = {
-    "end_id": "INT32", "pad_id": "INT32", "top_k": "INT32", "min_length": "INT32", "beam_width": "INT32",
-    "top_p": "FP32", "temperature": "FP32", "length_penalty": "FP32", "repetition_penalty": "FP32",
-    "presence_penalty": "FP32", "frequency_penalty": "FP32", "random_seed": "UINT64",
-    "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
-    "bad_words": "BYTES", "stop_words": "BYTES",
-}
 NP_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_, "BYTES": np.object_}
 
 
@@ -45,23 +38,32 @@ class Result:
     tokens_per_s: float
 
 
-def _dtype(name: str, value: Any) -> str:
-    if name in PARAM_TYPES:
-        return PARAM_TYPES[name]
-    if isinstance(value, bool):
+def _dtype(model: str, name: str, value: Any) -> str:
+    """The datatype the model declares for `name` (LPX's tensor table), else inferred from the value."""
+    declared = triton_dtype(model, name)
+    if declared:
+        return declared
+    sample = value[0] if isinstance(value, list | tuple) and value else value
+    if isinstance(sample, bool):
         return "BOOL"
-    if isinstance(value, int):
+    if isinstance(sample, int):
         return "INT32"
-    if isinstance(value, float):
+    if isinstance(sample, float):
         return "FP32"
     return "BYTES"
 
 
-def _inputs(prompt: str, max_tokens: int, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+def _array(dtype: str, value: Any) -> np.ndarray:
+    """[1, 1] for a scalar, [1, n] for a list (stop_words, bad_words): batch of one request."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    items = [v.encode() if isinstance(v, str) else v for v in items]
+    return np.array([items], dtype=NP_TYPES[dtype])
+
+
+def _inputs(model: str, prompt: str, max_tokens: int, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
     values = {"text_input": prompt, "max_tokens": int(max_tokens), "stream": True}
     values.update({k: v for k, v in params.items() if v is not None})
-    return {k: ("BYTES" if k == "text_input" else "INT32" if k == "max_tokens" else _dtype(k, v), v)
-            for k, v in values.items()}
+    return {k: (_dtype(model, k, v), v) for k, v in values.items()}
 
 
 def _loopback(url: str) -> bool:
@@ -118,8 +120,8 @@ def _grpc_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: 
     from tritonclient.utils import InferenceServerException
 
     inputs = []
-    for name, (dtype, value) in _inputs(prompt, max_tokens, params).items():
-        arr = np.array([[value.encode() if isinstance(value, str) else value]], dtype=NP_TYPES[dtype])
+    for name, (dtype, value) in _inputs(model, prompt, max_tokens, params).items():
+        arr = _array(dtype, value)
         inp = grpcclient.InferInput(name, list(arr.shape), dtype)
         inp.set_data_from_numpy(arr)
         inputs.append(inp)
@@ -177,7 +179,7 @@ def _http_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: 
     import requests
 
     base = url if url.startswith(("http://", "https://")) else f"http://{url}"
-    body = {k: v for k, (_, v) in _inputs(prompt, max_tokens, params).items()}
+    body = {k: v for k, (_, v) in _inputs(model, prompt, max_tokens, params).items()}
     # One connection per request, closed by the server when done: a connection kept alive (even by
     # a traceback that references it) stops Triton from draining on SIGTERM until its exit timeout.
     with requests.Session() as session:

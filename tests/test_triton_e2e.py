@@ -149,3 +149,8 @@ def test_stop_words_end_the_answer(server, torch_engine_dir: Path, expected: dic
     stop = tok.decode(ids[cut - 1:cut + 1])
     text = raw_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, stop_words=[stop, "zzzz"])
     assert text == tok.decode(ids[:cut + 1]) and text.endswith(stop)
+    # LPX's own client sends the same word list ([1, n] BYTES) and gets the same cut answer
+    from pipeline.client import generate
+
+    assert generate(server.grpc_url, PROMPTS[0], MAX_TOKENS, stop_words=[stop, "zzzz"]).text == text
+    assert generate(server.http_url, PROMPTS[0], MAX_TOKENS, protocol="http", stop_words=[stop, "zzzz"]).text == text
