@@ -73,6 +73,10 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
     from .runner import Runner
 
     selected = cfg.select(variants)
+    if until == "serve":
+        from .serving import preflight
+
+        preflight(cfg)
     runner = Runner(cfg, report, force, skip_gate=skip_gate)
     outcomes = runner.run(selected, until)
     if until == "eval":

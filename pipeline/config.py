@@ -14,6 +14,7 @@ from .errors import ConfigError, PipelineError
 FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
 KV_CACHE = ("none", "fp8", "int8")
 TARGETS = ("engine", "llmapi", "torch")
+TRTLLM_VERSIONS = ("1.2", "0.16")
 STAGES = ("quantize", "eval", "build", "repo", "serve")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
@@ -68,6 +69,8 @@ class QualityGate(Strict):
 
 class Build(Strict):
     target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
+    trtllm_version: Literal[TRTLLM_VERSIONS] = Field(  # type: ignore[valid-type]
+        "1.2", description="TensorRT-LLM line the engine/checkpoint must load in: 1.2 (1.2.x) or 0.16.")
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_batch_size: int = Field(8, ge=1)

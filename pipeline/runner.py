@@ -15,7 +15,7 @@ from .checkpoint import inspect_checkpoint
 from .config import STAGES, Config, Variant
 from .errors import PipelineError
 from .progress import Reporter
-from .recipes import check_archs
+from .recipes import check_archs, check_shapes, check_trtllm
 
 ANY_ARCH = "any"  # the torch target runs on any device
 
@@ -85,10 +85,18 @@ class Runner:
             self._ckpt = (info, fp)
         return self._ckpt
 
+    def check(self, variant: Variant) -> None:
+        """Everything that can be refused before any work: format vs GPU archs and TensorRT-LLM line, tp vs heads."""
+        where = f"variant '{variant.name}'"
+        check_archs(variant.quantization, self.cfg.build.archs, where)
+        check_trtllm(variant.quantization, self.cfg.build.trtllm_version, where)
+        info, _ = self.checkpoint()
+        check_shapes(variant.quantization, info.config, self.cfg.build.tp_size, where)
+
     def quantize(self, variant: Variant) -> Artifact:
         from .stages import quantize
 
-        check_archs(variant.quantization, self.cfg.build.archs, f"variants '{variant.name}'")
+        self.check(variant)
         info, fingerprint = self.checkpoint()
         calset = load_texts(self.cfg.calibration)
         b = self.cfg.build
@@ -165,6 +173,11 @@ class Runner:
         last = min(stage_index(until), stage_index("repo"))
         outcomes = []
         self.gate_failures: list[str] = []
+        for v in variants:
+            self.check(v)
+        load_texts(self.cfg.calibration)
+        if last >= stage_index("eval"):
+            load_texts(self.cfg.evaluation, key="evaluation")
         for v in variants:
             o = Outcome(v.name)
             outcomes.append(o)

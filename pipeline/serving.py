@@ -18,13 +18,19 @@ from .progress import Reporter
 SMOKE_TOKENS = 48
 
 
-def _server(cfg: Config, variant: str, repo: Artifact):
+def preflight(cfg: Config) -> None:
+    """Fail before quantizing anything when serving cannot work: no tritonserver, or a busy port."""
+    _server(cfg, "preflight", None).preflight()
+
+
+def _server(cfg: Config, variant: str, repo: Artifact | None):
     from .stages.serve import TritonServer
 
     s = cfg.serving
     log = home() / "logs" / f"triton-{cfg.model.name}-{variant}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    return TritonServer(repo.path, host=s.host, http_port=s.http_port, grpc_port=s.grpc_port,
+    if repo is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    return TritonServer(repo.path if repo else Path("."), host=s.host, http_port=s.http_port, grpc_port=s.grpc_port,
                         metrics_port=s.metrics_port, log_path=log, ready_timeout_s=s.ready_timeout_s)
 
 

@@ -35,3 +35,43 @@ def test_demo_tokenizer_round_trips_chinese_and_emoji(tiny_checkpoint):
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
     text = "你好, world 👋 Hello, 世界 🌍 ünïcödé"
     assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+
+
+def test_serving_problems_are_found_before_any_stage_runs(tmp_path, isolated_home, monkeypatch):
+    """A busy port and a missing tritonserver: one clear line, exit 1, nothing quantized."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from pipeline.errors import PipelineError
+    from pipeline.stages import serve
+
+    cfg = tmp_path / "lpx.yaml"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg.write_text(yaml.safe_dump({"model": {"name": "m", "checkpoint": "nowhere"}, "variants": [{"name": "a"}],
+                                       "serving": {"grpc_port": port, "http_port": 0, "metrics_port": 0}}))
+        root = Path(__file__).resolve().parents[1]
+        res = subprocess.run([sys.executable, "-m", "pipeline", "run", "-c", str(cfg)], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"error: Port {port} on 127.0.0.1 is already in use")
+    assert "serving.grpc_port" in res.stderr
+    assert not (isolated_home / "artifacts").exists()
+
+    cfg.write_text(yaml.safe_dump({"model": {"name": "m", "checkpoint": "nowhere"}, "variants": [{"name": "a"}],
+                                   "serving": {"grpc_port": 0, "http_port": 0, "metrics_port": 0}}))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(serve, "bundled_root", lambda: None)
+    monkeypatch.setattr(serve, "CONTAINER_BIN", tmp_path / "no-tritonserver")
+    result = CliRunner().invoke(cli, ["serve", "-c", str(cfg)])
+    assert isinstance(result.exception, PipelineError)
+    assert "lpx[triton]" in result.exception.message
+    with pytest.raises(PipelineError):
+        serve.find_tritonserver()

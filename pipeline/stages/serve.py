@@ -197,19 +197,23 @@ class TritonServer:
             cmd.append(f"--backend-directory={backends}")
         return cmd + self.extra_args
 
+    def preflight(self) -> Path:
+        """What can fail before any work: the tritonserver binary and explicitly given ports."""
+        for name, port in self._requested.items():
+            if port and not port_free(self.host, port):
+                raise PipelineError(f"Port {port} on {self.host} is already in use - stop what holds it "
+                                    f"or set serving.{name}_port to another port (0 picks a free one)")
+        return find_tritonserver()
+
     def start(self) -> TritonServer:
         """Launch and wait until /v2/health/ready answers 200; PipelineError with the log tail if not."""
         if self.proc is not None:
             return self
         if not self.repo.is_dir():
             raise PipelineError(f"Model repository {self.repo} does not exist - run 'lpx repo' first")
-        for name, port in self._requested.items():
-            if port and not port_free(self.host, port):
-                raise PipelineError(f"Port {port} on {self.host} is already in use - stop what holds it "
-                                    f"or set serving.{name}_port to another port (0 picks a free one)")
+        binary = self.preflight()
         free = iter(_pick_ports(self.host, sum(1 for p in self._requested.values() if not p)))
         self._ports = {k: (p or next(free)) for k, p in self._requested.items()}
-        binary = find_tritonserver()
         root = _is_bundled(binary)
         env = bundled_env(root) if root else None
         backends = private_backends(root) if root else None
