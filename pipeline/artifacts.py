@@ -78,6 +78,24 @@ def file_fingerprint(path: Path, content_limit: int = 64 << 20) -> dict[str, obj
     return out
 
 
+def link_tree(src: Path, dest: Path) -> tuple[int, int]:
+    """Hard-link every file of src under dest (copy where linking fails, e.g. across filesystems).
+    Artifacts are never modified in place, so sharing inodes between them is safe. Returns (files, bytes)."""
+    files = nbytes = 0
+    for f in sorted(Path(src).rglob("*")):
+        if not f.is_file():
+            continue
+        target = dest / f.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, target)
+        except OSError:
+            shutil.copy2(f, target)
+        files += 1
+        nbytes += f.stat().st_size
+    return files, nbytes
+
+
 @dataclass
 class Artifact:
     path: Path

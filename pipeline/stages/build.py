@@ -7,10 +7,9 @@ plus `lpx_engine.json` with the runtime limits. `engine` and `llmapi` need Tenso
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
+from ..artifacts import link_tree
 from ..config import Config, Variant
 from ..errors import PipelineError
 from .evaluate import CUDA_ONLY
@@ -18,22 +17,6 @@ from .quantize import STATE_FILE
 
 ENGINE_FILE = "lpx_engine.json"
 TOKENS_PER_BLOCK = 32
-
-
-def link_tree(src: Path, dest: Path) -> int:
-    """Hard-link every file of src into dest (copy where linking is not possible). Returns bytes."""
-    total = 0
-    for f in sorted(Path(src).rglob("*")):
-        if not f.is_file():
-            continue
-        target = dest / f.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(f, target)
-        except OSError:
-            shutil.copy2(f, target)
-        total += f.stat().st_size
-    return total
 
 
 def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -> dict:
@@ -47,7 +30,7 @@ def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -
     if fmt in CUDA_ONLY and not _cuda():
         raise PipelineError(f"variant '{variant.name}': format '{fmt}' cannot run on the torch target without a CUDA "
                             "GPU (ModelOpt simulates it on CUDA only) - build it for target engine/llmapi, or on a GPU")
-    nbytes = link_tree(checkpoint / "state", out)
+    nbytes = link_tree(checkpoint / "state", out)[1]
     b = cfg.build
     engine = {
         "target": "torch", "format": variant.quantization.format, "kv_cache": variant.quantization.kv_cache,

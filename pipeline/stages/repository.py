@@ -15,7 +15,6 @@ parameters are relative to the model's folder: the repository can be moved or mo
 
 from __future__ import annotations
 
-import os
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..artifacts import link_tree
 from ..checkpoint import TOKENIZER_FILES
 from ..config import Config
 from ..engines.torch_engine import read_meta
@@ -98,21 +98,6 @@ def model_config(model: str, cfg: Config) -> mc.ModelConfig:
     return conf
 
 
-def link_or_copy(src: Path, dest: Path) -> int:
-    """Hard-link every file of src under dest (copy across filesystems). Returns the file count."""
-    count = 0
-    for f in sorted(src.rglob("*")):
-        if f.is_file():
-            target = dest / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(f, target)
-            except OSError:
-                shutil.copy2(f, target)
-            count += 1
-    return count
-
-
 def copy_tokenizer(engine_dir: Path, dest: Path) -> int:
     names = [n for n in (*TOKENIZER_FILES, "config.json") if (engine_dir / n).is_file()]
     if not {"tokenizer.json", "tokenizer.model", "vocab.json"} & set(names):
@@ -153,6 +138,6 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config) -> dict:
         if model in ("preprocessing", "postprocessing"):
             files += copy_tokenizer(engine_dir, folder / "1" / "tokenizer")
         if model == "tensorrt_llm":
-            files += link_or_copy(engine_dir, folder / "1" / "engine")
+            files += link_tree(engine_dir, folder / "1" / "engine")[0]
     return {"models": list(MODELS), "files": files, "format": meta["format"],
             "max_batch_size": cfg.build.max_batch_size, "decoupled": sorted(DECOUPLED)}
