@@ -238,6 +238,17 @@ def path() -> None:
     click.echo(home())
 
 
+def _register_tools() -> None:
+    from .doctor import doctor_command
+    from .plan import plan_command
+
+    cli.add_command(doctor_command)
+    cli.add_command(plan_command)
+
+
+_register_tools()
+
+
 def main() -> None:
     from .progress import quiet_libraries
 

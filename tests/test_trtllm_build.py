@@ -1,0 +1,264 @@
+"""trtllm-build command composition and the child-process runner, against the flags contract and
+tests/standin_trtllm_build.py (TensorRT-LLM cannot be installed here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import parse_config
+from pipeline.errors import PipelineError
+from pipeline.recipes import QUANT_ALGO
+from pipeline.stages import trtllm_build as tb
+
+HERE = Path(__file__).resolve().parent
+STANDIN = HERE / "standin_trtllm_build.py"
+CONTRACT = json.loads((HERE / "contracts" / "trtllm_build_flags.json").read_text())
+LPX_VERSION = {"latest": "1.2", "v0.16.0": "0.16"}
+CASES = [(v, f) for v in ("latest", "v0.16.0") for f in ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
+         if not (f == "nvfp4" and v == "v0.16.0")]
+DEMO_LIMITS = {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096}
+
+
+def make_config(fmt: str = "none", **build):
+    return parse_config({"model": {"name": "tiny", "checkpoint": "/nonexistent"},
+                         "variants": [{"name": fmt, "quantization": {"format": fmt}}],
+                         "build": {"target": "engine", **DEMO_LIMITS, **build}})
+
+
+def write_checkpoint(path: Path, fmt: str = "none", world: int = 1, kv: str | None = None) -> Path:
+    """A fake TensorRT-LLM checkpoint: config.json + empty rank{N}.safetensors (no ModelOpt needed)."""
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 2048,
+           "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
+           "quantization": {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": kv}}
+    (path / "config.json").write_text(json.dumps(cfg))
+    for r in range(world):
+        (path / f"rank{r}.safetensors").write_bytes(b"")
+    return path
+
+
+def standin_env(version: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, STANDIN_TRTLLM_VERSION=version, **extra)
+    for knob in ("STANDIN_FAIL", "STANDIN_SLEEP", "STANDIN_PIDFILE"):
+        if knob not in extra:
+            env.pop(knob, None)
+    return env
+
+
+def run_standin(argv: list[str], version: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run in cwd: like trtllm-build, the stand-in writes model.cache there unless told otherwise."""
+    return subprocess.run([sys.executable, str(STANDIN), *argv[1:]], env=standin_env(version), cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
+
+
+def flags_of(argv: list[str]) -> dict[str, str]:
+    assert argv[0] == "trtllm-build" and len(argv) % 2 == 1, argv
+    return dict(zip(argv[1::2], argv[2::2], strict=True))
+
+
+@pytest.fixture
+def standin_binary(monkeypatch):
+    monkeypatch.setenv(tb.BINARY_ENV, f"{sys.executable} {STANDIN}")
+
+
+@pytest.mark.parametrize("version,fmt", CASES)
+def test_compose_accepted_by_standin_and_contract(tmp_path, version, fmt):
+    ckpt = write_checkpoint(tmp_path / "ckpt", fmt)
+    argv, reasons = tb.compose(make_config(fmt), fmt, ckpt, tmp_path / "engine", tmp_path / "timing.cache",
+                               LPX_VERSION[version])
+    flags = {f["flag"]: f for f in CONTRACT["versions"][version]["flags"]}
+    for flag, value in flags_of(argv).items():
+        spec = flags[flag]  # KeyError = a flag this version does not have
+        assert spec.get("action") != "store_true", flag
+        assert not spec.get("deprecated") or (version == "v0.16.0" and flag == "--paged_kv_cache"), flag
+        if isinstance(spec.get("choices"), list):
+            assert value in spec["choices"], (flag, value)
+        if spec["type"] == "int":
+            assert int(value) >= 1, (flag, value)
+        if str(spec["default"]) != value:
+            assert reasons.get(flag), f"no dry-run reason for non-default {flag} {value}"
+    res = run_standin(argv, version, tmp_path)
+    assert res.returncode == 0, res.stderr
+    engine = json.loads((tmp_path / "engine" / "config.json").read_text())
+    assert list(engine) == CONTRACT["engine_output"]["config_json_top_level_keys"]
+    assert set(engine["build_config"]) == set(CONTRACT["engine_output"]["build_config_keys"][version])
+    plugins = engine["build_config"]["plugin_config"]
+    assert set(plugins) == set(CONTRACT["engine_output"]["plugin_config_keys"][version])
+    assert engine["build_config"]["kv_cache_type"] == "PAGED"
+    assert engine["build_config"]["max_seq_len"] == 1024 and engine["build_config"]["max_batch_size"] == 8
+    assert plugins["use_paged_context_fmha"] is True and plugins["paged_kv_cache"] is True
+    assert plugins["use_fp8_context_fmha"] is (QUANT_ALGO[fmt] in {"FP8", "W4A8_AWQ", "NVFP4"})
+    assert plugins["tokens_per_block"] == tb.TOKENS_PER_BLOCK and plugins["multiple_profiles"] is True
+    assert (tmp_path / "engine" / "rank0.engine").is_file()
+
+
+@pytest.mark.parametrize("version", ["latest", "v0.16.0"])
+def test_fp8_demo_argv(tmp_path, version):
+    argv, _ = tb.compose(make_config("fp8"), "fp8", tmp_path, tmp_path / "e", tmp_path / "t.cache",
+                         LPX_VERSION[version])
+    f = flags_of(argv)
+    assert (f["--max_batch_size"], f["--max_input_len"], f["--max_seq_len"], f["--max_num_tokens"]) == \
+        ("8", "512", "1024", "4096")
+    assert f["--gemm_plugin"] == "auto" and f["--use_fp8_context_fmha"] == "enable"
+    assert ("--kv_cache_type" in f) == (version == "latest") and ("--paged_kv_cache" in f) == (version != "latest")
+    small, _ = tb.compose(make_config("fp8", max_batch_size=4), "fp8", tmp_path, tmp_path / "e",
+                          tmp_path / "t.cache", LPX_VERSION[version])
+    assert flags_of(small)["--gemm_plugin"] == "fp8"
+
+
+def test_compose_reuses_existing_timing_cache(tmp_path):
+    cache = tmp_path / "t.cache"
+    argv, _ = tb.compose(make_config(), "none", tmp_path, tmp_path / "e", cache, "1.2")
+    assert "--input_timing_cache" not in argv and flags_of(argv)["--output_timing_cache"] == str(cache)
+    cache.write_bytes(b"x")
+    argv, _ = tb.compose(make_config(), "none", tmp_path, tmp_path / "e", cache, "1.2")
+    assert flags_of(argv)["--input_timing_cache"] == str(cache)
+
+
+def test_compose_refusals(tmp_path):
+    with pytest.raises(PipelineError, match="trtllm_version: 1.2"):
+        tb.compose(make_config("nvfp4"), "nvfp4", tmp_path, tmp_path / "e", tmp_path / "t", "0.16")
+    with pytest.raises(PipelineError, match="1.2 or 0.16"):
+        tb.compose(make_config(), "none", tmp_path, tmp_path / "e", tmp_path / "t", "0.12")
+    ckpt = write_checkpoint(tmp_path / "ckpt", world=2)
+    with pytest.raises(PipelineError, match="tp_size"):
+        tb.compose(make_config(), "none", ckpt, tmp_path / "e", tmp_path / "t", "1.2")
+    argv, _ = tb.compose(make_config(tp_size=2), "none", ckpt, tmp_path / "e", tmp_path / "t", "1.2")
+    assert flags_of(argv)["--workers"] == "2"
+
+
+@pytest.mark.parametrize("version", ["latest", "v0.16.0"])
+@pytest.mark.parametrize("fmt,kv,paged_ctx", [("fp8", "fp8", "enable"), ("int4_awq", "fp8", "disable"),
+                                              ("none", "fp8", "disable"), ("int8_sq", "int8", "disable"),
+                                              ("int8_sq", "none", "enable")])
+def test_kv_cache_quantization_and_paged_context_fmha(tmp_path, version, fmt, kv, paged_ctx):
+    ckpt = write_checkpoint(tmp_path / "ckpt", fmt, kv={"none": None, "fp8": "FP8", "int8": "INT8"}[kv])
+    argv, reasons = tb.compose(make_config(fmt), fmt, ckpt, tmp_path / "e", tmp_path / "t", LPX_VERSION[version],
+                               kv_cache=kv)
+    assert flags_of(argv)["--use_paged_context_fmha"] == paged_ctx and reasons["--use_paged_context_fmha"]
+    res = run_standin(argv, version, tmp_path)
+    assert res.returncode == 0, res.stderr
+    # the stand-in holds the builder's rule: paged context FMHA with this KV cache would fail
+    forced = list(argv)
+    forced[forced.index("--use_paged_context_fmha") + 1] = "enable"
+    assert run_standin(forced, version, tmp_path).returncode == (0 if paged_ctx == "enable" else 1)
+
+
+@pytest.mark.parametrize("bad,version", [(["--max_output_len", "8"], "latest"), (["--auto_parallel", "2"], "latest"),
+                                         (["--gemm_plugin", "nvfp4"], "v0.16.0"), (["--kv_cache_type", "blocks"], "latest"),
+                                         (["--context_fmha"], "latest"), (["--max_batch_size", "x"], "v0.16.0")])
+def test_standin_rejects_illegal_argv(tmp_path, bad, version):
+    ckpt = write_checkpoint(tmp_path / "ckpt")
+    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), *bad], version, tmp_path)
+    assert res.returncode == 2 and "error:" in res.stderr
+
+
+def test_standin_checks_ranks_and_rules(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", world=2)
+    (ckpt / "rank1.safetensors").unlink()
+    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "e")],
+                      "latest", tmp_path)
+    assert res.returncode == 1 and "rank1.safetensors" in res.stderr
+    ckpt = write_checkpoint(tmp_path / "ok")
+    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), "--multiple_profiles", "enable",
+                       "--opt_num_tokens", "64"], "latest", tmp_path)
+    assert res.returncode == 1 and "opt_num_tokens" in res.stderr
+
+
+def test_run_build_success(tmp_path, standin_binary, monkeypatch):
+    monkeypatch.setenv("STANDIN_TRTLLM_VERSION", "latest")
+    ckpt = write_checkpoint(tmp_path / "ckpt", "fp8")
+    argv, _ = tb.compose(make_config("fp8"), "fp8", ckpt, tmp_path / "engine", tmp_path / "t.cache", "1.2")
+    lines: list[str] = []
+    elapsed = tb.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=lines.append)
+    assert elapsed > 0 and any("Total time" in line for line in lines)
+    log = (tmp_path / "build.log").read_text()
+    assert log.startswith("$ ") and "--checkpoint_dir" in log and "Total time" in log
+    assert (tmp_path / "engine" / "config.json").is_file() and (tmp_path / "engine" / "rank0.engine").is_file()
+    assert (tmp_path / "t.cache").is_file()
+
+
+def test_run_build_failure_has_log_tail(tmp_path, standin_binary, monkeypatch):
+    monkeypatch.setenv("STANDIN_FAIL", "1")
+    ckpt = write_checkpoint(tmp_path / "ckpt")
+    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+    with pytest.raises(PipelineError, match="exit code 1") as info:
+        tb.run_build(argv, tmp_path / "build.log", timeout_s=60)
+    assert "out of memory" in info.value.detail and "build.log" in info.value.message
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_run_build_timeout_kills_process_group(tmp_path, standin_binary, monkeypatch):
+    pidfile = tmp_path / "pids"
+    monkeypatch.setenv("STANDIN_SLEEP", "60")
+    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
+    ckpt = write_checkpoint(tmp_path / "ckpt")
+    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+    start = time.monotonic()
+    with pytest.raises(PipelineError, match="timeout") as info:
+        tb.run_build(argv, tmp_path / "build.log", timeout_s=2)
+    assert time.monotonic() - start < 20
+    assert "sleeping" in info.value.detail
+    pids = [int(p) for p in pidfile.read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), "a build process outlived the timeout"
+    assert not (tmp_path / "engine").exists()
+
+
+def test_run_build_keyboard_interrupt_kills_child(tmp_path, standin_binary, monkeypatch):
+    pidfile = tmp_path / "pids"
+    monkeypatch.setenv("STANDIN_SLEEP", "60")
+    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
+    ckpt = write_checkpoint(tmp_path / "ckpt")
+    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+
+    def interrupt(line: str) -> None:  # raised in the reader thread: emulate Ctrl-C in the main thread
+        if "sleeping" in line:
+            import _thread
+
+            _thread.interrupt_main()
+
+    with pytest.raises(KeyboardInterrupt):
+        tb.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=interrupt)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+def test_missing_binary_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.delenv(tb.BINARY_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(PipelineError, match="LPX_TRTLLM_BUILD") as info:
+        tb.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
+    assert "container" in info.value.message
+    monkeypatch.setenv(tb.BINARY_ENV, str(tmp_path / "nope"))
+    with pytest.raises(PipelineError, match="does not name a program"):
+        tb.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
+
+
+def test_engine_versions_shape():
+    versions = tb.engine_versions()
+    assert set(versions) == {"gpu", "sm", "driver", "cuda", "tensorrt", "tensorrt_llm"}
+    assert versions["tensorrt_llm"] is None  # not installable here
