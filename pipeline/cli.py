@@ -69,7 +69,7 @@ def run(config_path, variants, until, force, skip_gate) -> None:
 
 
 def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, smoke: bool,
-         skip_gate: bool = False) -> list:
+         skip_gate: bool = False, dry_run: bool = False) -> list:
     from .runner import Runner
 
     selected = cfg.select(variants)
@@ -77,7 +77,7 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
         from .serving import preflight
 
         preflight(cfg)
-    runner = Runner(cfg, report, force, skip_gate=skip_gate)
+    runner = Runner(cfg, report, force, skip_gate=skip_gate, dry_run=dry_run)
     outcomes = runner.run(selected, until)
     if until == "eval":
         from .report import eval_table
@@ -100,24 +100,29 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
     return outcomes
 
 
-def _stage_command(stage: str, doc: str):
+def _stage_command(stage: str, doc: str, dry_run: bool = False):
     @cli.command(name=stage, help=doc)
     @config_option
     @variant_option
     @force_option
     @skip_gate_option
-    def command(config_path, variants, force, skip_gate) -> None:
+    def command(config_path, variants, force, skip_gate, **extra) -> None:
         report = Reporter()
         cfg = _config(config_path, report)
-        _run(cfg, variants, stage, {stage} if force else set(), report, smoke=False, skip_gate=skip_gate)
+        _run(cfg, variants, stage, {stage} if force else set(), report, smoke=False, skip_gate=skip_gate,
+             dry_run=extra.get("dry_run", False))
 
+    if dry_run:
+        command = click.option("--dry-run", is_flag=True,
+                               help="Print the build command and why each flag is set; build nothing.")(command)
     return command
 
 
 _stage_command("quantize", "Quantize each variant with ModelOpt and export its checkpoints.")
 _stage_command("eval", "Measure each variant against the unquantized model (KL, top-1 agreement, perplexity) "
                "and apply quality_gate.")
-_stage_command("build", "Build the engine of each variant (runs quantize first where needed).")
+_stage_command("build", "Build the engine of each variant per GPU arch (runs quantize and eval first where needed).",
+               dry_run=True)
 _stage_command("repo", "Write the Triton model repository of each variant (runs earlier stages where needed).")
 
 

@@ -79,6 +79,7 @@ class Build(Strict):
     max_num_tokens: int = Field(8192, ge=1)
     tp_size: int = Field(1, ge=1)
     pp_size: int = Field(1, ge=1)
+    timeout_s: float = Field(3600, gt=0, description="trtllm-build is killed after this many seconds.")
 
     @field_validator("archs")
     @classmethod

@@ -32,8 +32,9 @@ def stage_index(stage: str) -> int:
 
 class Runner:
     def __init__(self, cfg: Config, report: Reporter | None = None, force: set[str] | None = None,
-                 store: Store | None = None, skip_gate: bool = False):
+                 store: Store | None = None, skip_gate: bool = False, dry_run: bool = False):
         self.cfg = cfg
+        self.dry_run = dry_run
         self.skip_gate = skip_gate
         self.report = report or Reporter()
         self.force = force or set()
@@ -142,7 +143,7 @@ class Runner:
     def archs(self) -> list[str]:
         return [ANY_ARCH] if self.cfg.build.target == "torch" else list(self.cfg.build.archs)
 
-    def build(self, variant: Variant, checkpoint: Artifact, arch: str) -> Artifact:
+    def build(self, variant: Variant, checkpoint: Artifact, arch: str) -> Artifact | None:
         from .stages import build
 
         inputs = {
@@ -151,8 +152,24 @@ class Runner:
             "arch": arch,
             "versions": toolchain.versions("torch", "transformers", "modelopt", "tensorrt_llm"),
         }
+        if self.dry_run:
+            return self._dry_run(variant, checkpoint, arch, make_key(inputs))
         return self.step("build", variant.name, arch, inputs,
-                         lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out))
+                         lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out, self.report))
+
+    def _dry_run(self, variant: Variant, checkpoint: Artifact, arch: str, key: str) -> None:
+        from .stages import build
+
+        out = self.store.slot("build", self.cfg.model.name, variant.name, arch) / key
+        if self.cfg.build.target != "engine":
+            self.report.stage("build", f"{variant.name}/{arch}", f"dry run: target {self.cfg.build.target} runs no build tool")
+            return None
+        argv, reasons = build.engine_command(self.cfg, variant, checkpoint.path, arch, out)
+        self.report.stage("build", f"{variant.name}/{arch}", "dry run (nothing is built):")
+        self.report.info("  " + " ".join(argv))
+        for flag, why in reasons.items():
+            self.report.info(f"    {flag:<28} {why}")
+        return None
 
     def repo(self, variant: Variant, engine: Artifact, arch: str) -> Artifact:
         from .stages import repository
@@ -190,7 +207,10 @@ class Runner:
                     continue
             if last >= stage_index("build"):
                 for arch in self.archs():
-                    o.artifacts[f"build:{arch}"] = eng = self.build(v, ck, arch)
+                    eng = self.build(v, ck, arch)
+                    if eng is None:  # dry run
+                        continue
+                    o.artifacts[f"build:{arch}"] = eng
                     if last >= stage_index("repo"):
                         o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch)
         return outcomes

@@ -7,11 +7,14 @@ plus `lpx_engine.json` with the runtime limits. `engine` and `llmapi` need Tenso
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-from ..artifacts import link_tree
+from ..artifacts import home, link_tree
 from ..config import Config, Variant
 from ..errors import PipelineError
+from ..progress import Reporter
+from . import trtllm_build
 from .evaluate import CUDA_ONLY
 from .quantize import STATE_FILE
 
@@ -19,12 +22,25 @@ ENGINE_FILE = "lpx_engine.json"
 TOKENS_PER_BLOCK = 32
 
 
-def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -> dict:
+def timing_cache(cfg: Config, arch: str) -> Path:
+    """One kernel-timing cache per GPU arch and TensorRT-LLM line, kept in the artifact store."""
+    return home() / "artifacts" / "timing-cache" / f"{arch}-trtllm{cfg.build.trtllm_version}.cache"
+
+
+def engine_command(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -> tuple[list[str], dict]:
+    q = variant.quantization
+    return trtllm_build.compose(cfg, q.format, checkpoint / "trtllm", out, timing_cache(cfg, arch),
+                                cfg.build.trtllm_version, kv_cache=q.kv_cache)
+
+
+def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, report: Reporter | None = None) -> dict:
     target = cfg.build.target
+    if target == "engine":
+        return _run_engine(cfg, variant, checkpoint, arch, out, report or Reporter())
     if target != "torch":
         raise PipelineError(
-            f"build.target '{target}' needs TensorRT-LLM's build tools, which this LPX release does not drive yet - "
-            "set build.target: torch to run the reference engine"
+            f"build.target '{target}' is not built by this LPX release yet - use build.target: engine "
+            "(trtllm-build) or torch (the CPU reference engine)"
         )
     fmt = variant.quantization.format
     if fmt in CUDA_ONLY and not _cuda():
@@ -40,6 +56,36 @@ def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path) -
     }
     (out / ENGINE_FILE).write_text(json.dumps(engine, indent=2) + "\n")
     return {"engine": engine, "bytes": nbytes}
+
+
+def _run_engine(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, report: Reporter) -> dict:
+    """trtllm-build as a child process: output to build.log, exit code checked, timeout enforced."""
+    env = trtllm_build.engine_versions()
+    if env.get("sm") and env["sm"] != arch:
+        raise PipelineError(f"This machine's GPU is {env['sm']} ({env.get('gpu')}); an engine for {arch} must be built "
+                            f"on an {arch} GPU - run this build on a matching runner ('lpx matrix' lists the cells)")
+    if not env.get("sm"):
+        report.warn("no NVIDIA GPU detected: trtllm-build needs one of the target architecture")
+    argv, reasons = engine_command(cfg, variant, checkpoint, arch, out)
+    cache = timing_cache(cfg, arch)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with report.task(f"trtllm-build {variant.name}/{arch}", total=None) as advance:
+            seconds = trtllm_build.run_build(argv, out / "build.log", cfg.build.timeout_s,
+                                             progress=lambda _line: advance(0))
+    except PipelineError as exc:  # the temporary folder goes away: keep its log where the user can read it
+        kept = home() / "logs" / f"build-{cfg.model.name}-{variant.name}-{arch}.log"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if (out / "build.log").is_file():
+            shutil.copyfile(out / "build.log", kept)
+        exc.message = exc.message.replace(str(out / "build.log"), str(kept))
+        raise
+    engine = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
+    if engine is None or not list(out.glob("rank*.engine")):
+        raise PipelineError(f"trtllm-build exited 0 but wrote no engine (config.json + rank*.engine) in {out} - "
+                            "see build.log", detail=(out / "build.log").read_text()[-4000:])
+    return {"command": argv, "reasons": reasons, "build_s": round(seconds, 3), "environment": env,
+            "build_config": engine.get("build_config", {}), "engine_files": sorted(p.name for p in out.glob("rank*.engine"))}
 
 
 def _cuda() -> bool:
