@@ -86,17 +86,24 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
     runner.raise_gate_failures()
     if until != "serve":
         return outcomes
+    from .selection import detect_gpu, select
     from .serving import serve_and_check, serve_forever_repo
 
-    repos = [(o.variant, k, a) for o in outcomes for k, a in o.artifacts.items() if k.startswith("repo:")]
+    pairs = {o.variant: [(o.artifacts[f"build:{k[5:]}"], a) for k, a in o.artifacts.items() if k.startswith("repo:")]
+             for o in outcomes}
+    pairs = {v: p for v, p in pairs.items() if p}
+    if not pairs:
+        raise PipelineError("Nothing to serve: no variant has a model repository - see the messages above")
+    gpu = None if all(e.manifest["arch"] == "any" for p in pairs.values() for e, _ in p) else detect_gpu()
+    chosen = {v: select(p, gpu)[1] for v, p in pairs.items()}  # refuses a mismatch before Triton starts
     if smoke:
-        for variant, _, art in repos:
-            serve_and_check(cfg, variant, art, report, stdout_console())
+        for variant, repo in chosen.items():
+            serve_and_check(cfg, variant, repo, report, stdout_console())
         return outcomes
-    if len(repos) != 1:
-        names = ", ".join(f"{v} ({k[5:]})" for v, k, _ in repos)
-        raise PipelineError(f"'lpx serve' serves one repository; pick one with --variant (have: {names})", 2)
-    serve_forever_repo(cfg, repos[0][0], repos[0][2], report)
+    if len(chosen) != 1:
+        raise PipelineError(f"'lpx serve' serves one variant; pick one with --variant (have: {', '.join(chosen)})", 2)
+    (variant, repo), = chosen.items()
+    serve_forever_repo(cfg, variant, repo, report)
     return outcomes
 
 

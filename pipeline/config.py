@@ -80,6 +80,8 @@ class Build(Strict):
     tp_size: int = Field(1, ge=1)
     pp_size: int = Field(1, ge=1)
     timeout_s: float = Field(3600, gt=0, description="trtllm-build is killed after this many seconds.")
+    gpu: str | None = Field(None, description="Target GPU model for the memory check (e.g. h100-sxm, l4); "
+                                              "default: the GPU present, when its arch is being built.")
 
     @field_validator("archs")
     @classmethod

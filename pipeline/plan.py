@@ -271,3 +271,17 @@ def plan_command(checkpoint: Path | None, model_config: Path | None, preset: str
         click.echo(json.dumps(result, indent=2))
     else:
         render(result)
+
+
+def check_fit(config: dict, fmt: str, kv_dtype: str, max_seq_len: int, gpus_per_engine: int, gpu: Gpu,
+              where: str) -> None:
+    """Refuse a build whose weights plus one sequence of max_seq_len KV cannot fit on the target GPU."""
+    shape = shape_from_config(config, where)
+    weights = weight_bytes(shape, fmt)["weight_bytes"] / gpus_per_engine
+    kv = kv_bytes_per_token(shape, kv_dtype) * max_seq_len / gpus_per_engine
+    need = weights + kv + RUNTIME_OVERHEAD
+    if need > gpu.memory_bytes:
+        raise PipelineError(
+            f"{where}: {fmt} weights {weights / GB:.1f} GB + KV for one {max_seq_len}-token sequence {kv / GB:.2f} GB "
+            f"+ {RUNTIME_OVERHEAD / GB:.1f} GB runtime per GPU = {need / GB:.1f} GB > {gpu.name} {gpu.memory_bytes / GB:.1f} GB"
+            " - use a smaller format, a larger tp_size, or a lower build.max_seq_len", exit_code=2)

@@ -40,6 +40,7 @@ class Runner:
         self.force = force or set()
         self.store = store or Store()
         self._ckpt = None
+        self._gpus: list | None = None
 
     # --- the generic cached step -------------------------------------------------------------
     def step(self, stage: str, variant: str, arch: str, inputs: dict,
@@ -92,7 +93,38 @@ class Runner:
         check_archs(variant.quantization, self.cfg.build.archs, where)
         check_trtllm(variant.quantization, self.cfg.build.trtllm_version, where)
         info, _ = self.checkpoint()
-        check_shapes(variant.quantization, info.config, self.cfg.build.tp_size, where)
+        b = self.cfg.build
+        check_shapes(variant.quantization, info.config, b.tp_size, where)
+        if info.max_positions and b.max_seq_len > info.max_positions:
+            raise PipelineError(f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
+                                f"{info.max_positions} - lower build.max_seq_len", exit_code=2)
+        for gpu in self.target_gpus():
+            from .plan import check_fit
+
+            kv = {"none": "bf16"}.get(variant.quantization.kv_cache, variant.quantization.kv_cache)
+            check_fit(info.config, variant.quantization.format, kv, b.max_seq_len, b.tp_size * b.pp_size, gpu, where)
+
+    def target_gpus(self) -> list:
+        """GPUs to check memory against: build.gpu, else the GPU present when its arch is a build target."""
+        from .gpus import lookup_gpu
+
+        if self._gpus is None:
+            self._gpus = []
+            if self.cfg.build.gpu:
+                try:
+                    self._gpus = [lookup_gpu(self.cfg.build.gpu)]
+                except PipelineError as exc:
+                    raise PipelineError(f"build.gpu: {exc.message}", exit_code=2) from None
+            elif self.cfg.build.target == "engine":
+                from .selection import detect_gpu
+
+                present = detect_gpu()
+                if present and present.sm in self.cfg.build.archs:
+                    try:
+                        self._gpus = [lookup_gpu(present.name)]
+                    except PipelineError:
+                        self.report.warn(f"{present.name} is not in LPX's GPU table: memory fit not checked")
+        return self._gpus
 
     def quantize(self, variant: Variant) -> Artifact:
         from .stages import quantize

@@ -152,7 +152,7 @@ def test_non_torch_target_and_bad_engine_are_clear_errors(tmp_path: Path, engine
     with pytest.raises(PipelineError, match="lpx build"):
         repo_stage.write_repository(tmp_path / "r1", tmp_path, cfg)
     other = cfg.model_copy(deep=True)
-    other.build.target = "engine"
+    other.build.target = "llmapi"
     with pytest.raises(PipelineError, match="build.target: torch"):
         repo_stage.write_repository(tmp_path / "r2", engine_dir, other)
 

@@ -5,12 +5,14 @@ placeholder can be left unfilled):
 
     preprocessing/   config.pbtxt, 1/model.py, 1/tokenizer/...
     tensorrt_llm/    config.pbtxt, 1/model.py (LPX's torch engine), 1/engine/... (hard links)
+                     - engine target: backend `tensorrtllm` (no model.py), see engine_repo.py
     postprocessing/  config.pbtxt, 1/model.py, 1/tokenizer/...
     ensemble/        config.pbtxt, 1/
 
 Tensor names, types and dims follow upstream's TensorRT-LLM backend (shared/contracts), for the
 request tensors LPX supports, so clients written for upstream work unchanged. Paths in model
-parameters are relative to the model's folder: the repository can be moved or mounted anywhere.
+parameters are relative to the model's folder: the repository can be moved or mounted anywhere
+(except the engine target's gpt_model_path, which is absolute: see engine_repo.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..config import Config
 from ..engines.torch_engine import read_meta
 from ..errors import PipelineError
 from ..tensors import TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
+from . import engine_repo
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
 SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing"}
@@ -71,8 +74,12 @@ def parameters(model: str, cfg: Config) -> dict[str, str]:
     return {}
 
 
-def model_config(model: str, cfg: Config) -> mc.ModelConfig:
-    """The `ModelConfig` message of one of MODELS."""
+def model_config(model: str, cfg: Config, engine_path: Path | None = None) -> mc.ModelConfig:
+    """The `ModelConfig` message of one of MODELS (engine_path: the engine target's copy of the engine)."""
+    engine = cfg.build.target == "engine"
+    if engine and model == "tensorrt_llm":
+        return engine_repo.model_config(cfg, engine_path if engine_path is not None else Path("1/engine"))
+    renames = engine_repo.STEP_RENAMES[engine_repo.contract_version(cfg)] if engine else {}
     conf = mc.ModelConfig(name=model, max_batch_size=cfg.build.max_batch_size)
     for spec in specs(model, "in"):
         tensor = conf.input.add(name=spec.name, data_type=mc.DataType.Value(spec.dtype), dims=spec.dims,
@@ -86,7 +93,8 @@ def model_config(model: str, cfg: Config) -> mc.ModelConfig:
         conf.platform = "ensemble"
         for name, inputs, outputs in STEPS:
             step = conf.ensemble_scheduling.step.add(model_name=name, model_version=-1)
-            step.input_map.update(inputs)
+            step.input_map.update({renames.get(k, k): v for k, v in inputs.items()} if name == "tensorrt_llm"
+                                  else inputs)
             step.output_map.update(outputs)
         return conf
     conf.backend = "python"
@@ -98,11 +106,11 @@ def model_config(model: str, cfg: Config) -> mc.ModelConfig:
     return conf
 
 
-def copy_tokenizer(engine_dir: Path, dest: Path) -> int:
+def copy_tokenizer(engine_dir: Path, dest: Path, hint: str | None = None) -> int:
     names = [n for n in (*TOKENIZER_FILES, "config.json") if (engine_dir / n).is_file()]
     if not {"tokenizer.json", "tokenizer.model", "vocab.json"} & set(names):
-        raise PipelineError(f"No tokenizer files in the engine folder {engine_dir} - rebuild it with 'lpx build' "
-                            "(set model.tokenizer if the checkpoint has none)")
+        raise PipelineError(hint or f"No tokenizer files in the engine folder {engine_dir} - rebuild it with "
+                            "'lpx build' (set model.tokenizer if the checkpoint has none)")
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:
         shutil.copy2(engine_dir / name, dest / name)
@@ -113,31 +121,49 @@ def source_models() -> Path:
     return Path(str(resources.files("model_repo")))
 
 
-def write_repository(dest: Path, engine_dir: Path, cfg: Config) -> dict:
-    """Write the four models into `dest` (replacing any earlier copy of them); returns a summary."""
+def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: Path | None = None) -> dict:
+    """Write the four models into `dest` (replacing any earlier copy of them); returns a summary.
+
+    tokenizer_dir: where the tokenizer files are (default: engine_dir, which holds them for the torch
+    target; a trtllm-build engine folder has none - pass the quantize artifact's state/ folder)."""
     dest, engine_dir = Path(dest), Path(engine_dir)
-    if cfg.build.target != "torch":
-        raise PipelineError(f"build.target '{cfg.build.target}' needs TensorRT-LLM's Triton backend, which this "
-                            "LPX release does not package yet - set build.target: torch")
-    meta = read_meta(engine_dir)
+    target = cfg.build.target
+    if target == "torch":
+        fmt = read_meta(engine_dir)["format"]
+    elif target == "engine":
+        engine = engine_repo.read_engine_config(engine_dir)
+        engine_repo.check_engine(engine, cfg)
+        fmt = (engine.get("pretrained_config") or {}).get("quantization", {}).get("quant_algo")
+        if tokenizer_dir is None:
+            raise PipelineError(f"The engine folder {engine_dir} has no tokenizer - pass the tokenizer folder "
+                                "(the quantize artifact's state/ folder)")
+    else:
+        raise PipelineError(f"build.target '{target}' has no Triton repository in this LPX release - "
+                            "set build.target: torch or engine")
+    tok_src = Path(tokenizer_dir) if tokenizer_dir is not None else engine_dir
+    tok_hint = None if tokenizer_dir is None else f"No tokenizer files in {tok_src} - pass the folder that holds them"
     src = source_models()
     files = 0
     for model in MODELS:
         folder = dest / model
         shutil.rmtree(folder, ignore_errors=True)
         (folder / "1").mkdir(parents=True)
-        (folder / "config.pbtxt").write_text(HEADER + text_format.MessageToString(model_config(model, cfg)),
-                                             encoding="utf-8")
+        conf = model_config(model, cfg, (folder / "1" / "engine").resolve())
+        (folder / "config.pbtxt").write_text(HEADER + text_format.MessageToString(conf), encoding="utf-8")
         files += 1
-        if model in SOURCES:
+        if model in SOURCES and not (target == "engine" and model == "tensorrt_llm"):
             code = src / SOURCES[model] / "model.py"
             if not code.is_file():
                 raise PipelineError(f"LPX's Triton model {code} is missing - reinstall LPX")
             shutil.copy2(code, folder / "1" / "model.py")
             files += 1
         if model in ("preprocessing", "postprocessing"):
-            files += copy_tokenizer(engine_dir, folder / "1" / "tokenizer")
+            files += copy_tokenizer(tok_src, folder / "1" / "tokenizer", tok_hint)
         if model == "tensorrt_llm":
             files += link_tree(engine_dir, folder / "1" / "engine")[0]
-    return {"models": list(MODELS), "files": files, "format": meta["format"],
-            "max_batch_size": cfg.build.max_batch_size, "decoupled": sorted(DECOUPLED)}
+    summary = {"models": list(MODELS), "files": files, "format": fmt,
+               "max_batch_size": cfg.build.max_batch_size, "decoupled": sorted(DECOUPLED)}
+    if target == "engine":
+        summary["backend"] = "tensorrtllm"
+        summary["contract_version"] = engine_repo.contract_version(cfg)
+    return summary

@@ -1,0 +1,63 @@
+"""Which engine this machine may serve: the GPU present (NVML, else nvidia-smi) against the arch and
+TensorRT-LLM version each engine was built for. A mismatch is refused before Triton starts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .artifacts import Artifact
+from .errors import PipelineError
+from .toolchain import version
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    sm: str  # "sm90"
+
+
+def detect_gpu() -> Gpu | None:
+    from .doctor import Probe, gpu_state
+
+    state = gpu_state(Probe())
+    if not state or not state.gpus:
+        return None
+    g = state.gpus[0]
+    return Gpu(g.name, "sm" + g.compute_cap.replace(".", ""))
+
+
+def engine_trtllm_version(engine: Artifact) -> str | None:
+    """The TensorRT-LLM version that built an engine: its config.json, else the build manifest."""
+    try:
+        v = json.loads((engine.path / "config.json").read_text()).get("version")
+    except (OSError, ValueError):
+        v = None
+    return v or engine.manifest.get("results", {}).get("environment", {}).get("tensorrt_llm")
+
+
+def select(candidates: list[tuple[Artifact, Artifact]], gpu: Gpu | None, installed: str | None = None,
+           ) -> tuple[Artifact, Artifact]:
+    """From (engine, repository) pairs, the one built for this GPU's arch and this TensorRT-LLM."""
+    if not candidates:
+        raise PipelineError("No engine built - run 'lpx build'")
+    if all(e.manifest["arch"] == "any" for e, _ in candidates):  # torch target: runs anywhere
+        return candidates[0]
+    if gpu is None:
+        archs = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
+        raise PipelineError(f"No NVIDIA GPU found (NVML and nvidia-smi see none), so none of the engines "
+                            f"({archs}) can be served here - run 'lpx doctor', or serve on a GPU of one of those archs")
+    installed = installed if installed is not None else version("tensorrt_llm")
+    same_arch = [(e, r) for e, r in candidates if e.manifest["arch"] == gpu.sm]
+    if not same_arch:
+        built = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
+        raise PipelineError(f"This GPU is {gpu.name} ({gpu.sm}) but the engines were built for {built} - "
+                            f"add {gpu.sm} to build.archs and run 'lpx build' on a {gpu.sm} machine")
+    for e, r in same_arch:
+        built_with = engine_trtllm_version(e)
+        if installed is None or built_with is None or built_with == installed:
+            return e, r
+    e = same_arch[0][0]
+    raise PipelineError(f"The {gpu.sm} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
+                        f"has TensorRT-LLM {installed}; engines only load in the version that built them - "
+                        "rebuild with 'lpx build --force' here, or serve from a container with the same version")
