@@ -173,7 +173,8 @@ class Runner:
         return f"variant '{variant.name}' fails the quality gate: {text}"
 
     def archs(self) -> list[str]:
-        return [ANY_ARCH] if self.cfg.build.target == "torch" else list(self.cfg.build.archs)
+        # only trtllm-build compiles per GPU arch; torch and llmapi artifacts run on any of the configured archs
+        return [ANY_ARCH] if self.cfg.build.target in ("torch", "llmapi") else list(self.cfg.build.archs)
 
     def build(self, variant: Variant, checkpoint: Artifact, arch: str) -> Artifact | None:
         from .stages import build

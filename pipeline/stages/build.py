@@ -37,11 +37,10 @@ def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, r
     target = cfg.build.target
     if target == "engine":
         return _run_engine(cfg, variant, checkpoint, arch, out, report or Reporter())
-    if target != "torch":
-        raise PipelineError(
-            f"build.target '{target}' is not built by this LPX release yet - use build.target: engine "
-            "(trtllm-build) or torch (the CPU reference engine)"
-        )
+    if target == "llmapi":
+        from .llmapi import write_llmapi
+
+        return write_llmapi(cfg, variant, checkpoint, out)
     fmt = variant.quantization.format
     if fmt in CUDA_ONLY and not _cuda():
         raise PipelineError(f"variant '{variant.name}': format '{fmt}' cannot run on the torch target without a CUDA "
