@@ -252,9 +252,11 @@ def path() -> None:
 
 def _register_tools() -> None:
     from .doctor import doctor_command
+    from .matrix import matrix_command
     from .plan import plan_command
 
     cli.add_command(doctor_command)
+    cli.add_command(matrix_command)
     cli.add_command(plan_command)
 
 

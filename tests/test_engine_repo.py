@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
+from test_trtllm_build import DEMO_LIMITS, run_standin, write_checkpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
 from pipeline.stages import engine_repo
 from pipeline.stages import repository as repo_stage
-from test_trtllm_build import DEMO_LIMITS, run_standin, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = json.loads((ROOT / "tests/contracts/tensorrtllm_backend_models.json").read_text())

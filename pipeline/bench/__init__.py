@@ -1,0 +1,1 @@
+"""Load generation, genai-perf-style metrics, reports and plots for a served repository."""

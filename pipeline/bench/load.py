@@ -1,0 +1,282 @@
+"""Drive a served model with streamed requests: closed loop (fixed concurrency) or open loop (rate).
+
+One asyncio loop, no threads. gRPC talks to Triton's `ModelStreamInfer` on a `grpc.aio` channel with
+one short bidirectional stream per request (errors belong to their request); HTTP posts to
+`generate_stream` with aiohttp. Open-loop latency counts from each request's SCHEDULED time, so a
+client or server that falls behind shows up in TTFT/E2E (no coordinated omission). Failed requests
+are recorded with their error, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import PipelineError
+
+ENGINE = "tensorrt_llm"
+
+
+@dataclass
+class LoadSpec:
+    """What each request asks: `tensorrt_llm` gets token ids, any other model (the ensemble) text."""
+
+    url: str
+    model: str = "ensemble"
+    protocol: str = "grpc"
+    input_len: int = 128
+    output_len: int = 128
+    vocab: tuple[int, int] = (100, 30000)  # random prompt ids are drawn from [lo, hi)
+    seed: int = 0
+    timeout_s: float = 600.0
+
+
+@dataclass
+class Record:
+    """One request's timeline (time.perf_counter seconds) and the tokens the server said it sent."""
+
+    start: float  # scheduled time (open loop) or send time (closed loop): latency counts from here
+    sent: float = 0.0
+    times: list[float] = field(default_factory=list)  # arrival of each response that carried output
+    tokens: list[int] = field(default_factory=list)  # output tokens in each of those responses
+    end: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class Run:
+    """One load level: its records (warm-up excluded), wall time, and the client's own CPU use."""
+
+    records: list[Record]
+    wall_s: float
+    cpu_s: float
+    token_source: str  # "output_ids" | "responses" (text only: one response counted as one token)
+    load: dict[str, Any]
+
+
+def prompt_ids(spec: LoadSpec, rng: np.random.Generator) -> np.ndarray:
+    """A synthetic prompt of exactly `input_len` token ids."""
+    return rng.integers(spec.vocab[0], spec.vocab[1], size=spec.input_len, dtype=np.int32)
+
+
+def prompt_text(spec: LoadSpec, rng: np.random.Generator) -> str:
+    """A synthetic text prompt of `input_len` short words (the ensemble tokenizes it server-side)."""
+    return " ".join(f"w{int(i)}" for i in prompt_ids(spec, rng))
+
+
+def _tensors(spec: LoadSpec, rng: np.random.Generator) -> dict[str, tuple[str, np.ndarray]]:
+    """Request tensors, batch of one, as the tensor table types them."""
+    if spec.model == ENGINE:
+        ids = prompt_ids(spec, rng)
+        return {"input_ids": ("INT32", ids[None, :]), "input_lengths": ("INT32", np.array([[ids.size]], np.int32)),
+                "request_output_len": ("INT32", np.array([[spec.output_len]], np.int32)),
+                "streaming": ("BOOL", np.array([[True]]))}
+    text = prompt_text(spec, rng).encode()
+    return {"text_input": ("BYTES", np.array([[text]], dtype=object)),
+            "max_tokens": ("INT32", np.array([[spec.output_len]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
+
+
+def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Send times (s from start) of n requests at `rate`/s: gamma gaps with shape `burstiness` and mean
+    1/rate (shape 1 = Poisson, exponential gaps; < 1 burstier, > 1 more regular). First at 0."""
+    if rate <= 0 or burstiness <= 0:
+        raise PipelineError("--rate and --burstiness must be positive")
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else gaps
+
+
+# -- one request -----------------------------------------------------------------------------------
+def _bytes_tensor(arr: np.ndarray) -> bytes:
+    return b"".join(len(b).to_bytes(4, "little") + b for b in (x if isinstance(x, bytes) else str(x).encode()
+                                                                for x in arr.reshape(-1)))
+
+
+class GrpcSender:
+    def __init__(self, spec: LoadSpec):
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        self.pb = service_pb2
+        self.channel = grpc.aio.insecure_channel(spec.url, options=[
+            ("grpc.max_receive_message_length", 2**31 - 1), ("grpc.enable_http_proxy", 0)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.spec = spec
+
+    def request(self, tensors: dict[str, tuple[str, np.ndarray]]) -> Any:
+        req = self.pb.ModelInferRequest(model_name=self.spec.model)
+        for name, (dtype, arr) in tensors.items():
+            req.inputs.add(name=name, datatype=dtype, shape=list(arr.shape))
+            req.raw_input_contents.append(_bytes_tensor(arr) if dtype == "BYTES" else arr.tobytes())
+        # an empty final response marks the end even when the model's last response carried tokens
+        req.parameters["triton_enable_empty_final_response"].bool_param = True
+        return req
+
+    async def send(self, req: Any, rec: Record) -> None:
+        async def one() -> Any:
+            yield req
+        call = self.stub.ModelStreamInfer(one(), timeout=self.spec.timeout_s)
+        rec.sent = time.perf_counter()
+        async for msg in call:
+            t = time.perf_counter()
+            if msg.error_message:
+                raise RuntimeError(msg.error_message)
+            resp = msg.infer_response
+            n = _count_grpc(resp)
+            if n:
+                rec.times.append(t)
+                rec.tokens.append(n)
+            if resp.parameters["triton_final_response"].bool_param:
+                call.cancel()
+                return
+        raise RuntimeError("stream ended without a final response")
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def _count_grpc(resp: Any) -> int:
+    """Output tokens in one response: the length of `output_ids`, else 1 for a non-empty text response."""
+    for i, out in enumerate(resp.outputs):
+        if out.name == "output_ids":
+            return len(resp.raw_output_contents[i]) // 4  # INT32 [beams=1, new tokens]
+    for i, out in enumerate(resp.outputs):
+        if out.name == "text_output" and len(resp.raw_output_contents[i]) > 4:
+            return 1
+    return 0
+
+
+class HttpSender:
+    def __init__(self, spec: LoadSpec):
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.timeout_s), trust_env=False,
+                                             connector=aiohttp.TCPConnector(limit=0))
+        base = spec.url if spec.url.startswith(("http://", "https://")) else f"http://{spec.url}"
+        self.endpoint = f"{base}/v2/models/{spec.model}/generate_stream"
+
+    def request(self, tensors: dict[str, tuple[str, np.ndarray]]) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        for name, (dtype, arr) in tensors.items():
+            flat = arr.reshape(-1)
+            if dtype == "BYTES":
+                body[name] = flat[0].decode()
+            else:
+                body[name] = flat.tolist() if flat.size > 1 else flat[0].item()
+        return body
+
+    async def send(self, body: dict[str, Any], rec: Record) -> None:
+        rec.sent = time.perf_counter()
+        async with self.session.post(self.endpoint, json=body) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
+            async for line in resp.content:
+                if not line.startswith(b"data:"):
+                    continue
+                t = time.perf_counter()
+                event = json.loads(line[5:])
+                if "error" in event:
+                    raise RuntimeError(str(event["error"]))
+                ids = event.get("output_ids")
+                n = int(np.size(ids)) if ids is not None else int(bool(event.get("text_output")))
+                if n:
+                    rec.times.append(t)
+                    rec.tokens.append(n)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def _sender(spec: LoadSpec) -> GrpcSender | HttpSender:
+    if spec.protocol == "grpc":
+        return GrpcSender(spec)
+    if spec.protocol == "http":
+        return HttpSender(spec)
+    raise PipelineError(f"Unknown protocol {spec.protocol!r} - use 'grpc' or 'http'")
+
+
+async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float) -> Record:
+    rec = Record(start=start)
+    try:
+        await sender.send(req, rec)
+    except Exception as e:  # noqa: BLE001 - every failure is recorded against its request
+        rec.error = f"{type(e).__name__}: {e}"[:500]
+    rec.end = time.perf_counter()
+    return rec
+
+
+# -- load shapes -----------------------------------------------------------------------------------
+async def _closed(spec: LoadSpec, concurrency: int, requests: int | None, duration_s: float | None,
+                  warmup: int) -> tuple[list[Record], float]:
+    rng = np.random.default_rng(spec.seed)
+    sender = _sender(spec)
+    try:
+        async def workers(count: int | None, deadline: float | None) -> list[Record]:
+            out: list[Record] = []
+            left = [count]
+
+            async def worker() -> None:
+                while (left[0] is None or left[0] > 0) and (deadline is None or time.perf_counter() < deadline):
+                    if left[0] is not None:
+                        left[0] -= 1
+                    req = sender.request(_tensors(spec, rng))
+                    out.append(await _issue(sender, req, time.perf_counter()))
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return out
+
+        await workers(warmup, None)
+        t0 = time.perf_counter()
+        deadline = t0 + duration_s if duration_s else None
+        records = await workers(requests if not duration_s else None, deadline)
+        return records, time.perf_counter() - t0
+    finally:
+        await sender.close()
+
+
+async def _open(spec: LoadSpec, rate: float, burstiness: float, requests: int, warmup: int) -> tuple[list[Record], float]:
+    rng = np.random.default_rng(spec.seed)
+    sender = _sender(spec)
+    try:
+        if warmup:
+            await asyncio.gather(*(_issue(sender, sender.request(_tensors(spec, rng)), time.perf_counter())
+                                   for _ in range(warmup)))
+        offsets = arrival_offsets(rate, requests, burstiness, spec.seed)
+        reqs = [sender.request(_tensors(spec, rng)) for _ in range(requests)]  # built before the clock starts
+        t0 = time.perf_counter() + 0.01
+        tasks: list[Awaitable[Record]] = []
+        for off, req in zip(offsets, reqs, strict=True):
+            delay = t0 + off - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(_issue(sender, req, t0 + off)))
+        records = list(await asyncio.gather(*tasks))
+        return records, time.perf_counter() - t0
+    finally:
+        await sender.close()
+
+
+def _measure(fn: Callable[[], Awaitable[tuple[list[Record], float]]], spec: LoadSpec, load: dict[str, Any]) -> Run:
+    cpu0 = time.process_time()
+    records, wall = asyncio.run(fn())
+    source = "output_ids" if spec.model == ENGINE else "responses"
+    return Run(records, wall, time.process_time() - cpu0, source, load)
+
+
+def run_closed(spec: LoadSpec, concurrency: int, requests: int | None = 100, duration_s: float | None = None,
+               warmup: int = 0) -> Run:
+    """`concurrency` requests always in flight; `requests` of them (or all started within `duration_s`)
+    counted, after `warmup` uncounted ones at the same concurrency."""
+    load = {"mode": "closed", "concurrency": concurrency, "requests": requests, "duration_s": duration_s,
+            "warmup": warmup}
+    return _measure(lambda: _closed(spec, concurrency, requests, duration_s, warmup), spec, load)
+
+
+def run_open(spec: LoadSpec, rate: float, requests: int = 100, burstiness: float = 1.0, warmup: int = 0) -> Run:
+    """`requests` sent at `rate`/s with gamma(`burstiness`) gaps, whatever the server's speed."""
+    load = {"mode": "open", "rate": rate, "burstiness": burstiness, "requests": requests, "warmup": warmup}
+    return _measure(lambda: _open(spec, rate, burstiness, requests, warmup), spec, load)

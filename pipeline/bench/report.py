@@ -1,0 +1,123 @@
+"""Write a bench: results.json (results + environment + load), results.md (a table) and PNG plots
+when matplotlib is installed."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .. import toolchain
+
+
+def gpu_names() -> list[str]:
+    """GPU names from nvidia-smi, [] without one."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+
+def environment() -> dict[str, Any]:
+    return {"gpus": gpu_names(), "versions": toolchain.versions(), **toolchain.environment(),
+            "host": platform.node()}
+
+
+def _v(stats: dict[str, float] | None, key: str) -> str:
+    return f"{stats[key]:.1f}" if stats else "-"
+
+
+def _level(load: dict[str, Any]) -> str:
+    if load["mode"] == "closed":
+        return f"c={load['concurrency']}"
+    return f"rate={load['rate']:g}/s (b={load['burstiness']:g})"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    t = doc["target"]
+    lines = [f"# lpx bench: {t['model']} at {t['url']} ({t['protocol']})", "",
+             f"ISL {t['input_len']}, OSL {t['output_len']} requested; output tokens counted from "
+             f"{doc['results'][0]['token_source'] if doc['results'] else '-'}"
+             + (" (text only: one response counted as one token)"
+                if doc["results"] and doc["results"][0]["token_source"] == "responses" else ""), "",
+             "| load | ok | failed | TTFT p50/p99 ms | ITL p50/p99 ms | E2E p50/p99 ms | out tok/s | req/s "
+             "| tok/s/user p50 | goodput req/s | client CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        good = f"{r['goodput_rps']:.2f}" if r["goodput_rps"] is not None else "-"
+        lines.append(
+            f"| {_level(r['load'])} | {r['succeeded']} | {r['failed']} | {_v(r['ttft_ms'], 'p50')}/{_v(r['ttft_ms'], 'p99')} "
+            f"| {_v(r['itl_ms'], 'p50')}/{_v(r['itl_ms'], 'p99')} | {_v(r['e2e_ms'], 'p50')}/{_v(r['e2e_ms'], 'p99')} "
+            f"| {r['output_tokens_per_s']:.1f} | {r['requests_per_s']:.2f} | {_v(r['tokens_per_s_per_user'], 'p50')} "
+            f"| {good} | {r['client_cpu_util']:.0%} |")
+    errors = sorted({e for r in doc["results"] for e in r["errors"]})
+    if errors:
+        lines += ["", "Errors seen:", *[f"- {e}" for e in errors]]
+    return "\n".join(lines) + "\n"
+
+
+def plots(doc: dict[str, Any], out: Path) -> list[Path]:
+    """throughput.png, latency.png, pareto.png; [] (and a note in the doc) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        doc["plots_note"] = "plots skipped: matplotlib is not installed"
+        return []
+    rows = [r for r in doc["results"] if r["ttft_ms"]]
+    if not rows:
+        return []
+    closed = all(r["load"]["mode"] == "closed" for r in rows)
+    xs = [r["load"]["concurrency"] if closed else r["load"]["rate"] for r in rows]
+    xlabel = "concurrency" if closed else "request rate (req/s)"
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, [r["output_tokens_per_s"] for r in rows], "o-")
+    ax.set(xlabel=xlabel, ylabel="output tokens/s (system)", title="Throughput")
+    paths.append(_save(fig, out / "throughput.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, name in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "itl_ms", "ITL")):
+        for p in ("p50", "p90", "p99"):
+            ax.plot(xs, [r[key][p] if r[key] else float("nan") for r in rows], "o-", label=p)
+        ax.set(xlabel=xlabel, ylabel=f"{name} (ms)", title=name)
+        ax.legend()
+    paths.append(_save(fig, out / "latency.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    per_user = [r["tokens_per_s_per_user"]["p50"] if r["tokens_per_s_per_user"] else float("nan") for r in rows]
+    ax.plot(per_user, [r["output_tokens_per_s"] for r in rows], "o-")
+    for x, y, label in zip(per_user, [r["output_tokens_per_s"] for r in rows], xs, strict=True):
+        ax.annotate(str(label), (x, y))
+    ax.set(xlabel="tokens/s per user (p50)", ylabel="output tokens/s (system)", title="Pareto")
+    paths.append(_save(fig, out / "pareto.png"))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def write(doc: dict[str, Any], out: Path) -> dict[str, Path]:
+    """results.json, results.md and any plots in `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {f"plot:{p.stem}": p for p in plots(doc, out)}
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / "results.md").write_text(markdown(doc) + (f"\n{doc['plots_note']}\n" if "plots_note" in doc else ""))
+    return {"json": out / "results.json", "markdown": out / "results.md", **written}

@@ -1,0 +1,100 @@
+"""A fixed-delay stand-in for the engine model, for checking the load generator against known truth.
+
+Served as `tensorrt_llm` (decoupled python backend) with the engine's tensors: input_ids,
+input_lengths, request_output_len, streaming -> output_ids [1, 1, 1], sequence_length [1, 1].
+Each request's k-th token (k = 0..n-1) leaves at arrival + first_ms + k * every_ms, on absolute
+times so no drift accumulates; one sender thread walks a heap of due tokens, so any number of
+requests run concurrently. TTFT truth = first_ms, ITL truth = every_ms (plus transport).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG = """
+name: "tensorrt_llm"
+backend: "python"
+max_batch_size: 256
+model_transaction_policy {{ decoupled: true }}
+input [
+  {{ name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true }},
+  {{ name: "input_lengths" data_type: TYPE_INT32 dims: [ 1 ] reshape: {{ shape: [ ] }} }},
+  {{ name: "request_output_len" data_type: TYPE_INT32 dims: [ 1 ] reshape: {{ shape: [ ] }} }},
+  {{ name: "streaming" data_type: TYPE_BOOL dims: [ 1 ] reshape: {{ shape: [ ] }} optional: true }}
+]
+output [
+  {{ name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }},
+  {{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "first_ms" value: {{ string_value: "{first_ms}" }} }}
+parameters {{ key: "every_ms" value: {{ string_value: "{every_ms}" }} }}
+"""
+
+MODEL = '''
+import heapq
+import itertools
+import json
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"])["parameters"]
+        self.first = float(params["first_ms"]["string_value"]) / 1e3
+        self.every = float(params["every_ms"]["string_value"]) / 1e3
+        self.heap, self.seq = [], itertools.count()
+        self.cv = threading.Condition()
+        self.running = True
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def execute(self, requests):
+        now = time.monotonic()
+        with self.cv:
+            for request in requests:
+                n = int(pb_utils.get_input_tensor_by_name(request, "request_output_len").as_numpy().reshape(-1)[0])
+                sender = request.get_response_sender()
+                if n <= 0:
+                    sender.send(flags=FINAL)
+                    continue
+                heapq.heappush(self.heap, (now + self.first, next(self.seq), sender, 0, n, now))
+            self.cv.notify()
+        return None
+
+    def loop(self):
+        while self.running:
+            with self.cv:
+                while self.running and (not self.heap or self.heap[0][0] > time.monotonic()):
+                    self.cv.wait(timeout=(self.heap[0][0] - time.monotonic()) if self.heap else None)
+                if not self.running:
+                    return
+                due, _, sender, k, n, start = heapq.heappop(self.heap)
+                if k + 1 < n:
+                    heapq.heappush(self.heap, (start + self.first + (k + 1) * self.every, next(self.seq),
+                                               sender, k + 1, n, start))
+            ids = pb_utils.Tensor("output_ids", np.array([[[1000 + k]]], dtype=np.int32))
+            length = pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))
+            sender.send(pb_utils.InferenceResponse([ids, length]), flags=FINAL if k + 1 == n else 0)
+
+    def finalize(self):
+        with self.cv:
+            self.running = False
+            self.cv.notify()
+        self.thread.join(timeout=5)
+'''
+
+
+def write_toy_repo(root: Path, first_ms: float, every_ms: float) -> Path:
+    """A model repository holding only the fixed-delay `tensorrt_llm`; returns `root`."""
+    model = Path(root) / "tensorrt_llm"
+    (model / "1").mkdir(parents=True, exist_ok=True)
+    (model / "config.pbtxt").write_text(CONFIG.format(first_ms=first_ms, every_ms=every_ms))
+    (model / "1" / "model.py").write_text(MODEL)
+    return Path(root)
