@@ -204,7 +204,7 @@ class Runner:
             self.report.info(f"    {flag:<28} {why}")
         return None
 
-    def repo(self, variant: Variant, engine: Artifact, arch: str) -> Artifact:
+    def repo(self, variant: Variant, engine: Artifact, arch: str, checkpoint: Artifact | None = None) -> Artifact:
         from .stages import repository
 
         models = Path(str(resources.files("model_repo")))
@@ -215,8 +215,10 @@ class Runner:
             "model_repo": file_fingerprint(models) if models.is_dir() else {},
             "versions": toolchain.versions(),
         }
+        # an engine folder holds no tokenizer: the quantize artifact's state/ has it
+        tokenizer = checkpoint.path / "state" if checkpoint is not None and self.cfg.build.target == "engine" else None
         return self.step("repo", variant.name, arch, inputs,
-                         lambda out: repository.write_repository(out, engine.path, self.cfg))
+                         lambda out: repository.write_repository(out, engine.path, self.cfg, tokenizer_dir=tokenizer))
 
     def run(self, variants: list[Variant], until: str = "repo") -> list[Outcome]:
         """Run every stage up to `until` (at most `repo`; serving is the caller's) for each variant."""
@@ -245,7 +247,7 @@ class Runner:
                         continue
                     o.artifacts[f"build:{arch}"] = eng
                     if last >= stage_index("repo"):
-                        o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch)
+                        o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch, ck)
         return outcomes
 
     def raise_gate_failures(self) -> None:
