@@ -6,7 +6,7 @@ STANDIN_TRTLLM_VERSION (latest | v0.16.0): an unknown flag or an illegal value e
 argparse-style message. Applies the build-time rules of that contract it can check, requires
 rank{N}.safetensors for every rank of the checkpoint's mapping, and writes an engine folder
 (config.json + empty rank{N}.engine) shaped like the contract's. Test knobs: STANDIN_FAIL=1 exits 1
-after printing an error; STANDIN_SLEEP=S sleeps S seconds in a child process of its own first
+after printing an error; STANDIN_KILLED=1 SIGKILLs itself mid-build; STANDIN_SLEEP=S sleeps S seconds in a child process of its own first
 (to test timeouts; STANDIN_PIDFILE receives both pids).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,9 @@ def main(argv: list[str]) -> int:
     ns = parse(argv, contract["versions"][version]["flags"])
     warn = lambda msg: print(f"[TRT-LLM] [W] {msg}", flush=True)  # noqa: E731
 
+    if os.environ.get("STANDIN_KILLED"):  # as if the kernel's OOM killer ended it mid-build
+        print("[TRT-LLM] [I] Build phase: starting", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("STANDIN_SLEEP"):
         child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(os.environ['STANDIN_SLEEP'])})"])
         if os.environ.get("STANDIN_PIDFILE"):

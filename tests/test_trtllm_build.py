@@ -195,6 +195,16 @@ def test_run_build_failure_has_log_tail(tmp_path, standin_binary, monkeypatch):
     assert "out of memory" in info.value.detail and "build.log" in info.value.message
 
 
+def test_run_build_killed_child_is_a_failure(tmp_path, standin_binary, monkeypatch):
+    monkeypatch.setenv("STANDIN_KILLED", "1")
+    ckpt = write_checkpoint(tmp_path / "ckpt")
+    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+    with pytest.raises(PipelineError, match="killed by SIGKILL") as info:
+        tb.run_build(argv, tmp_path / "build.log", timeout_s=60)
+    assert "Build phase: starting" in info.value.detail
+    assert not (tmp_path / "engine" / "config.json").exists()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

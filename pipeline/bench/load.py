@@ -20,6 +20,11 @@ import numpy as np
 
 from ..errors import PipelineError
 
+try:
+    from grpc.aio import EOF as grpc_aio_EOF
+except ImportError:  # grpc is only needed for --protocol grpc
+    grpc_aio_EOF = None
+
 ENGINE = "tensorrt_llm"
 
 
@@ -118,11 +123,10 @@ class GrpcSender:
         return req
 
     async def send(self, req: Any, rec: Record) -> None:
-        async def one() -> Any:
-            yield req
-        call = self.stub.ModelStreamInfer(one(), timeout=self.spec.timeout_s)
+        call = self.stub.ModelStreamInfer(timeout=self.spec.timeout_s)
         rec.sent = time.perf_counter()
-        async for msg in call:
+        await call.write(req)
+        while (msg := await call.read()) is not grpc_aio_EOF:
             t = time.perf_counter()
             if msg.error_message:
                 raise RuntimeError(msg.error_message)
@@ -132,7 +136,7 @@ class GrpcSender:
                 rec.times.append(t)
                 rec.tokens.append(n)
             if resp.parameters["triton_final_response"].bool_param:
-                call.cancel()
+                await call.done_writing()
                 return
         raise RuntimeError("stream ended without a final response")
 

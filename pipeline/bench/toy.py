@@ -26,6 +26,7 @@ output [
   {{ name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }},
   {{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }}
 ]
+dynamic_batching {{ }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "first_ms" value: {{ string_value: "{first_ms}" }} }}
 parameters {{ key: "every_ms" value: {{ string_value: "{every_ms}" }} }}

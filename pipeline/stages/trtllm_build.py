@@ -263,6 +263,10 @@ def run_build(argv: list[str], log_path: Path, timeout_s: float, binary: str | N
             raise
         reader.join(timeout=30)
     elapsed = time.monotonic() - start
+    if rc < 0:  # killed from outside, most often by the kernel's OOM killer
+        raise PipelineError(f"trtllm-build was killed by {signal.Signals(-rc).name} (exit code {rc}) - if the machine "
+                            f"ran out of memory, lower build.max_batch_size/max_num_tokens or use fewer workers; log: "
+                            f"{log_path}", detail=_tail(log_path))
     if rc != 0:
         raise PipelineError(f"trtllm-build failed (exit code {rc}) - see the log tail below or {log_path}",
                             detail=_tail(log_path))
