@@ -28,15 +28,19 @@ def _specs(model: str, io: str, rows: list[tuple]) -> list[Spec]:
 S, I32, U64, F32, B = "TYPE_STRING", "TYPE_INT32", "TYPE_UINT64", "TYPE_FP32", "TYPE_BOOL"
 ONE = (1,)
 # name, dtype, dims, optional, reshape, ragged - upstream's values (tensorrtllm_backend_models.json)
+# The request tensors: the ensemble's and the BLS model's are the same (upstream declares both alike).
+REQUEST_IN = [
+    ("text_input", S, ONE), ("max_tokens", I32, ONE),
+    ("bad_words", S, (-1,), True), ("stop_words", S, (-1,), True),
+    ("exclude_input_in_output", B, ONE, True), ("end_id", I32, ONE, True), ("pad_id", I32, ONE, True),
+    ("top_k", I32, ONE, True), ("top_p", F32, ONE, True), ("temperature", F32, ONE, True),
+    ("seed", U64, ONE, True), ("stream", B, ONE, True),
+]
 TENSORS: list[Spec] = [
-    *_specs("ensemble", "in", [
-        ("text_input", S, ONE), ("max_tokens", I32, ONE),
-        ("bad_words", S, (-1,), True), ("stop_words", S, (-1,), True),
-        ("exclude_input_in_output", B, ONE, True), ("end_id", I32, ONE, True), ("pad_id", I32, ONE, True),
-        ("top_k", I32, ONE, True), ("top_p", F32, ONE, True), ("temperature", F32, ONE, True),
-        ("seed", U64, ONE, True), ("stream", B, ONE, True),
-    ]),
+    *_specs("ensemble", "in", REQUEST_IN),
     *_specs("ensemble", "out", [("text_output", S, (-1,))]),
+    *_specs("tensorrt_llm_bls", "in", REQUEST_IN),
+    *_specs("tensorrt_llm_bls", "out", [("text_output", S, (-1,))]),
     *_specs("preprocessing", "in", [
         ("QUERY", S, ONE), ("REQUEST_OUTPUT_LEN", I32, ONE),
         ("BAD_WORDS_DICT", S, (-1,), True), ("STOP_WORDS_DICT", S, (-1,), True),

@@ -71,10 +71,10 @@ def tensors(conf: mc.ModelConfig, io: str) -> dict[str, tuple[str, list[int]]]:
 
 def test_layout_and_summary(repo, engine_dir: Path, cfg) -> None:
     dest, summary = repo
-    assert summary["models"] == ["preprocessing", "tensorrt_llm", "postprocessing", "ensemble"]
+    assert summary["models"] == ["preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls"]
     files = [p for p in dest.rglob("*") if p.is_file()]
     assert summary["files"] == len(files)
-    for model in ("preprocessing", "tensorrt_llm", "postprocessing"):
+    for model in ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls"):
         code = (dest / model / "1" / "model.py").read_text()
         assert code.startswith('import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")')
     assert (dest / "ensemble" / "1").is_dir()
@@ -98,6 +98,25 @@ def test_configs_parse_and_are_relocatable(repo, cfg) -> None:
     assert parsed(dest, "tensorrt_llm").model_transaction_policy.decoupled
     assert parsed(dest, "tensorrt_llm").parameters["max_tokens_cap"].string_value == str(cfg.serving.max_tokens_cap)
     assert parsed(dest, "ensemble").platform == "ensemble"
+    pre = {k: v.string_value for k, v in parsed(dest, "preprocessing").parameters.items()}
+    assert pre["apply_chat_template"] == "false" and pre["max_input_len"] == "512"  # the engine's lpx_engine.json
+    assert pre["max_tokens_cap"] == str(cfg.serving.max_tokens_cap)
+
+
+def test_bls_model_matches_upstream(repo, cfg) -> None:
+    upstream = contract_models()["tensorrt_llm_bls"]
+    conf = parsed(repo[0], "tensorrt_llm_bls")
+    assert conf.backend == "python" and conf.model_transaction_policy.decoupled
+    assert conf.max_batch_size == cfg.build.max_batch_size
+    assert [g.kind for g in conf.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+    assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {"seed_input_name"}
+    assert conf.parameters["tensorrt_llm_model_name"].string_value == "tensorrt_llm"
+    theirs = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in upstream["inputs"]}
+    ours = {t.name: (mc.DataType.Name(t.data_type), list(t.dims), t.optional) for t in conf.input}
+    assert {n: theirs[n] for n in ours} == ours, "same names, types, dims and optionality as upstream's BLS"
+    assert set(ours) == set(tensors(parsed(repo[0], "ensemble"), "input")), "the ensemble's request tensors"
+    out_theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["outputs"]}
+    assert tensors(conf, "output") == {"text_output": out_theirs["text_output"]}
 
 
 def test_ensemble_inputs_match_upstream(repo) -> None:

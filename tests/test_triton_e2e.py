@@ -154,3 +154,124 @@ def test_stop_words_end_the_answer(server, torch_engine_dir: Path, expected: dic
 
     assert generate(server.grpc_url, PROMPTS[0], MAX_TOKENS, stop_words=[stop, "zzzz"]).text == text
     assert generate(server.http_url, PROMPTS[0], MAX_TOKENS, protocol="http", stop_words=[stop, "zzzz"]).text == text
+
+
+# -- the BLS model, HTTP generate, request errors, many streams ----------------------------------------
+def http_generate(url: str, model: str, body: dict) -> dict:
+    """One POST /v2/models/<model>/generate (not streamed): the JSON answer, error or not."""
+    import requests
+
+    with requests.Session() as session:
+        session.trust_env = False
+        resp = session.post(f"http://{url.split('://')[-1]}/v2/models/{model}/generate", json=body, timeout=60,
+                            headers={"Connection": "close"})
+    return {"status": resp.status_code, **resp.json()}
+
+
+def raw_request(url: str, model: str, arrays: dict) -> tuple[str, str | None]:
+    """Stream one request with arrays typed exactly as given: (text, error message or None)."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    names = {np.dtype(object): "BYTES", np.dtype(np.int32): "INT32", np.dtype(bool): "BOOL",
+             np.dtype(np.float32): "FP32"}
+    inputs = []
+    for name, arr in arrays.items():
+        inputs.append(grpcclient.InferInput(name, list(arr.shape), names[arr.dtype]))
+        inputs[-1].set_data_from_numpy(arr)
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    text, done = "", False
+    try:
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            result, error = results.get(timeout=60)
+            if error is not None:
+                done = True
+                return text, str(error)
+            out = result.as_numpy("text_output")
+            text += b"".join(out.reshape(-1)).decode() if out is not None else ""
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                done = True
+                return text, None
+    finally:
+        client.stop_stream(cancel_requests=not done)
+        client.close()
+
+
+def request_arrays(prompt, max_tokens, **extra) -> dict:
+    import numpy as np
+
+    text = prompt if isinstance(prompt, np.ndarray) else np.array([[prompt if isinstance(prompt, bytes)
+                                                                     else prompt.encode()]], dtype=object)
+    tokens = max_tokens if isinstance(max_tokens, np.ndarray) else np.array([[max_tokens]], dtype=np.int32)
+    return {"text_input": text, "max_tokens": tokens, "stream": np.array([[True]]), **extra}
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_http_generate_not_streamed_gives_one_answer(server, expected: dict[str, str], model: str) -> None:
+    got = http_generate(server.http_url, model, {"text_input": PROMPTS[1], "max_tokens": MAX_TOKENS, "stream": False})
+    assert got["status"] == 200 and "error" not in got, got
+    text = got["text_output"]
+    assert ("".join(text) if isinstance(text, list) else text) == expected[PROMPTS[1]]
+
+
+def test_bls_streams_the_ensembles_text(server, expected: dict[str, str]) -> None:
+    from pipeline.client import generate_stream
+
+    for prompt in PROMPTS[:2]:
+        chunks = list(generate_stream(server.grpc_url, prompt, MAX_TOKENS, model="tensorrt_llm_bls"))
+        assert "".join(c.text for c in chunks) == expected[prompt] and len(chunks) > 1
+    via_http = generate_stream(server.http_url, PROMPTS[0], MAX_TOKENS, model="tensorrt_llm_bls", protocol="http")
+    assert "".join(c.text for c in via_http) == expected[PROMPTS[0]]
+    text, error = raw_request(server.grpc_url, "tensorrt_llm_bls", request_arrays(PROMPTS[0], MAX_TOKENS))
+    assert error is None and text == expected[PROMPTS[0]]
+
+
+def bad_requests() -> dict[str, tuple[dict, str]]:
+    import numpy as np
+
+    return {
+        "empty text_input": (request_arrays("", 8), "text_input is empty"),
+        "blank text_input": (request_arrays("   ", 8), "text_input is empty"),
+        "negative max_tokens": (request_arrays(PROMPTS[0], -3), "max_tokens must be at least 1 (got -3)"),
+        "zero max_tokens": (request_arrays(PROMPTS[0], 0), "max_tokens must be at least 1 (got 0)"),
+        "oversized max_tokens": (request_arrays(PROMPTS[0], 10_000), "above this server's cap 512"),
+        "over-long prompt": (request_arrays("river stone " * 400, 8), "above the engine's max_input_len 512"),
+        "max_tokens as FP32": (request_arrays(PROMPTS[0], np.array([[8.0]], dtype=np.float32)),
+                               "inference input 'max_tokens' data-type is 'FP32', but model"),
+        "text_input as INT32": (request_arrays(np.array([[7]], dtype=np.int32), 8),
+                                "inference input 'text_input' data-type is 'INT32', but model"),
+        "invalid UTF-8": (request_arrays(b"ok \xff\xfe bytes", 8), "text_input is not valid UTF-8"),
+    }
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server, expected, model: str) -> None:
+    failures = {}
+    for case, (arrays, message) in bad_requests().items():
+        text, error = raw_request(server.grpc_url, model, arrays)
+        if error is None or message not in error:
+            failures[case] = (text, error)
+    assert not failures, failures
+    got = http_generate(server.http_url, model, {"text_input": "", "max_tokens": 8, "stream": False})
+    assert "text_input is empty" in got.get("error", ""), got
+    text, error = raw_request(server.grpc_url, model, request_arrays(PROMPTS[3], MAX_TOKENS))
+    assert error is None and text == expected[PROMPTS[3]], "still serving after the errors"
+
+
+def test_32_concurrent_streams_all_get_their_greedy_text(server, expected: dict[str, str]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(PROMPTS[i % len(PROMPTS)], ("ensemble", "tensorrt_llm_bls")[i % 2]) for i in range(32)]
+
+    def run(job: tuple[str, str]) -> tuple[str, str | None]:
+        return raw_request(server.grpc_url, job[1], request_arrays(job[0], MAX_TOKENS))
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(run, jobs))
+    wrong = [(job, res) for job, res in zip(jobs, results, strict=True) if res != (expected[job[0]], None)]
+    assert not wrong, f"{len(wrong)} of {len(jobs)} streams wrong: {wrong[:3]}"

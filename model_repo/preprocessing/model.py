@@ -4,9 +4,17 @@ import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
 """LPX preprocessing: text -> token ids, with the tensor names of upstream's `preprocessing` model.
 
 QUERY -> INPUT_ID, REQUEST_INPUT_LEN; REQUEST_OUTPUT_LEN passes through; END_ID / PAD_ID default to
-the tokenizer's; STOP_WORDS_DICT / BAD_WORDS_DICT (lists of strings) -> [2, n] id lists in
-TensorRT-LLM's layout: row 0 the concatenated ids, row 1 each word's end offset, padded with -1.
-Parameters: `tokenizer_dir` (relative to this model's folder), `add_special_tokens`.
+the first end-of-sequence id of generation_config.json (else the tokenizer's); STOP_WORDS_DICT /
+BAD_WORDS_DICT (lists of strings) -> [2, n] id lists in TensorRT-LLM's layout: row 0 the
+concatenated ids, row 1 each word's end offset, padded with -1. Every OTHER end-of-sequence id of
+generation_config.json (it may list several, e.g. Llama 3's <|eot_id|>) is appended as a one-token
+stop word, so generation ends on any of them whatever engine runs behind (the tensorrt_llm model
+takes a single end_id).
+Requests are checked here, with a clear error rather than truncation: text_input must be non-empty
+UTF-8, max_tokens within 1..max_tokens_cap, the prompt at most max_input_len tokens.
+Parameters: `tokenizer_dir` (relative to this model's folder), `add_special_tokens`,
+`apply_chat_template` (wrap text_input as one user turn with the tokenizer's chat template),
+`max_input_len`, `max_tokens_cap` (0 or absent: no check).
 """
 
 import json
@@ -29,8 +37,72 @@ def optional(request, name: str):
 
 
 def first_text(array) -> str:
+    if array is None or array.size == 0:
+        raise ValueError("text_input is missing - send the prompt as text_input (BYTES)")
     value = array.reshape(-1)[0]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"text_input is not valid UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})"
+                             " - send the prompt as UTF-8 text") from None
+    text = str(value)
+    if not text.strip():
+        raise ValueError("text_input is empty - send a non-empty prompt")
+    return text
+
+
+def end_ids(folder: Path, tokenizer) -> list[int]:
+    """Every end-of-sequence id: generation_config.json's eos_token_id (an int or a list) first, then
+    config.json's and the tokenizer's; duplicates removed, order kept."""
+    ids: list[int] = []
+    for name in ("generation_config.json", "config.json"):
+        try:
+            eos = json.loads((folder / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        ids += [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return list(dict.fromkeys(i for i in ids if i >= 0))
+
+
+def prompt_ids(tokenizer, text: str, add_special_tokens: bool, chat: bool) -> list[int]:
+    """Token ids of the prompt; with `chat`, text is one user turn in the tokenizer's chat template
+    (the template writes its own special tokens, so none are added on top)."""
+    if chat:
+        templated = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                  add_generation_prompt=True)
+        return tokenizer.encode(templated, add_special_tokens=False)
+    return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+
+def check_lengths(n_prompt: int, max_tokens: int, max_input_len: int, cap: int) -> None:
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1 (got {max_tokens})")
+    if cap and max_tokens > cap:
+        raise ValueError(f"max_tokens {max_tokens} is above this server's cap {cap} - ask for fewer tokens "
+                         "or raise serving.max_tokens_cap")
+    if max_input_len and n_prompt > max_input_len:
+        raise ValueError(f"the prompt has {n_prompt} tokens, above the engine's max_input_len {max_input_len} - "
+                         "shorten it or rebuild with a larger build.max_input_len")
+
+
+def with_stops(stops: np.ndarray, extra: list[int]) -> np.ndarray:
+    """Append one-token stop words (the extra end ids) to a [1, 2, n] word list."""
+    if not extra:
+        return stops
+    ids, offsets = stops[0][0].tolist(), stops[0][1].tolist()
+    n = offsets.index(-1) if -1 in offsets else len(offsets)
+    if n == 0:
+        ids, offsets = [], []
+    else:
+        ids, offsets = ids[:offsets[n - 1]], offsets[:n]
+    for token in extra:
+        ids.append(token)
+        offsets.append(len(ids))
+    offsets += [-1] * (len(ids) - len(offsets))
+    return np.array([[ids, offsets]], dtype=np.int32)
 
 
 def word_list(tokenizer, array) -> np.ndarray:
@@ -54,8 +126,14 @@ class TritonPythonModel:
         tok_dir = Path(params.get("tokenizer_dir", "1/tokenizer"))
         self.tokenizer = AutoTokenizer.from_pretrained(tok_dir if tok_dir.is_absolute() else folder / tok_dir)
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() in ("true", "1", "yes")
-        eos = self.tokenizer.eos_token_id
-        self.end_id = -1 if eos is None else int(eos)
+        self.chat = params.get("apply_chat_template", "false").lower() in ("true", "1", "yes")
+        if self.chat and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"apply_chat_template is on but the tokenizer in {tok_dir} has no chat template - "
+                             "turn it off in pipeline/stages/repository.py or use a tokenizer with one")
+        self.max_input_len = int(params.get("max_input_len") or 0)
+        self.cap = int(params.get("max_tokens_cap") or 0)
+        self.end_ids = end_ids(tok_dir if tok_dir.is_absolute() else folder / tok_dir, self.tokenizer)
+        self.end_id = self.end_ids[0] if self.end_ids else -1
         pad = self.tokenizer.pad_token_id
         self.pad_id = self.end_id if pad is None else int(pad)
 
@@ -70,19 +148,22 @@ class TritonPythonModel:
 
     def _one(self, request) -> list:
         text = first_text(optional(request, "QUERY"))
-        ids = self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens)
+        ids = prompt_ids(self.tokenizer, text, self.add_special_tokens, self.chat)
         if not ids:
             raise ValueError("text_input encodes to no tokens - send a non-empty prompt")
         out_len = int(optional(request, "REQUEST_OUTPUT_LEN").reshape(-1)[0])
+        check_lengths(len(ids), out_len, self.max_input_len, self.cap)
         end = optional(request, "END_ID")
         pad = optional(request, "PAD_ID")
+        end_id = self.end_id if end is None else int(end.reshape(-1)[0])
+        stops = word_list(self.tokenizer, optional(request, "STOP_WORDS_DICT"))
         values = {
             "INPUT_ID": np.array([ids], dtype=np.int32),
             "REQUEST_INPUT_LEN": np.array([[len(ids)]], dtype=np.int32),
             "REQUEST_OUTPUT_LEN": np.array([[out_len]], dtype=np.int32),
-            "OUT_END_ID": np.array([[self.end_id if end is None else int(end.reshape(-1)[0])]], dtype=np.int32),
+            "OUT_END_ID": np.array([[end_id]], dtype=np.int32),
             "OUT_PAD_ID": np.array([[self.pad_id if pad is None else int(pad.reshape(-1)[0])]], dtype=np.int32),
-            "STOP_WORDS_IDS": word_list(self.tokenizer, optional(request, "STOP_WORDS_DICT")),
+            "STOP_WORDS_IDS": with_stops(stops, [i for i in self.end_ids if i != end_id]),
             "BAD_WORDS_IDS": word_list(self.tokenizer, optional(request, "BAD_WORDS_DICT")),
         }
         return [pb_utils.Tensor(name, value) for name, value in values.items()]

@@ -59,6 +59,19 @@ def words(request, name: str) -> list[list[int]]:
     return [w for w in out if w]
 
 
+def eos_ids(engine_dir: Path) -> list[int]:
+    """generation_config.json's eos_token_id (an int or a list), else config.json's."""
+    for name in ("generation_config.json", "config.json"):
+        try:
+            eos = json.loads((engine_dir / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        ids = [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
+        if ids:
+            return ids
+    return []
+
+
 def cancelled(sender) -> bool:
     """True once the client has cancelled the request (Triton >= 2.40 tells the python backend)."""
     check = getattr(sender, "is_cancelled", None)
@@ -94,6 +107,7 @@ class TritonPythonModel:
         self.engine = TorchEngine(resolve("gpt_model_path", "1/engine"))
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
         self.cap = int(params.get("max_tokens_cap") or 0)
+        self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))
         self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")
 
     def execute(self, requests: list) -> None:
@@ -117,10 +131,12 @@ class TritonPythonModel:
         if words(request, "bad_words_list"):
             raise ValueError("bad_words is not supported by LPX's torch reference engine - leave it empty")
         end_id = scalar(request, "end_id", -1)
+        # the request's end_id, then every end-of-sequence id of generation_config.json (may be a list)
+        ends = list(dict.fromkeys(([end_id] if end_id >= 0 else []) + self.eos_ids))
         return {
             "input_ids": [int(t) for t in ids[:length]],
             "max_new_tokens": max_tokens,
-            "end_ids": [end_id] if end_id >= 0 else None,
+            "end_ids": ends or None,
             "temperature": scalar(request, "temperature", 1.0, float),
             "top_k": scalar(request, "runtime_top_k", 0),
             "top_p": scalar(request, "runtime_top_p", 0.0, float),

@@ -8,6 +8,8 @@ placeholder can be left unfilled):
                      - engine target: backend `tensorrtllm` (no model.py), see engine_repo.py
     postprocessing/  config.pbtxt, 1/model.py, 1/tokenizer/...
     ensemble/        config.pbtxt, 1/
+    tensorrt_llm_bls/ config.pbtxt, 1/model.py - LPX's BLS model: the ensemble's request tensors, calling
+                     preprocessing, tensorrt_llm (streamed) and postprocessing itself
 
 Tensor names, types and dims follow upstream's TensorRT-LLM backend (shared/contracts), for the
 request tensors LPX supports, so clients written for upstream work unchanged. Paths in model
@@ -32,9 +34,13 @@ from ..errors import PipelineError
 from ..tensors import TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
 from . import engine_repo
 
-MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
-SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing"}
-DECOUPLED = {"tensorrt_llm"}  # streams one response per token delta; the ensemble inherits it
+MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing",
+           "tensorrt_llm_bls": "tensorrt_llm_bls"}
+DECOUPLED = {"tensorrt_llm", "tensorrt_llm_bls"}  # stream one response per token delta; the ensemble inherits it
+# Knobs (module constants for now; to move into lpx.yaml's config later).
+APPLY_CHAT_TEMPLATE = False  # preprocessing wraps text_input as one user turn with the tokenizer's chat template
+BLS_INSTANCE_COUNT = 1  # the BLS model runs each request on its own thread: one instance serves many
 HEADER = "# Written by LPX (pipeline/stages/repository.py): change lpx.yaml and rerun 'lpx repo', not this file.\n"
 
 
@@ -61,10 +67,19 @@ STEPS: list[tuple[str, dict[str, str], dict[str, str]]] = [
 ]
 
 
-def parameters(model: str, cfg: Config) -> dict[str, str]:
-    """Model parameters; paths are relative to the model's folder."""
+def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dict[str, str]:
+    """Model parameters; paths are relative to the model's folder. max_input_len: the engine's
+    (default: build.max_input_len); preprocessing refuses longer prompts and max_tokens outside
+    1..max_tokens_cap with a clear error rather than truncating."""
     if model == "preprocessing":
-        return {"tokenizer_dir": "1/tokenizer", "add_special_tokens": "true"}
+        return {"tokenizer_dir": "1/tokenizer", "add_special_tokens": "true",
+                "apply_chat_template": str(APPLY_CHAT_TEMPLATE).lower(),
+                "max_input_len": str(max_input_len or cfg.build.max_input_len),
+                "max_tokens_cap": str(cfg.serving.max_tokens_cap)}
+    if model == "tensorrt_llm_bls":
+        renames = engine_repo.STEP_RENAMES[engine_repo.contract_version(cfg)] if cfg.build.target == "engine" else {}
+        return {"tensorrt_llm_model_name": "tensorrt_llm", "accumulate_tokens": "false",
+                "seed_input_name": renames.get("seed", "seed")}
     if model == "postprocessing":
         return {"tokenizer_dir": "1/tokenizer", "skip_special_tokens": "true"}
     if model == "tensorrt_llm":
@@ -74,7 +89,8 @@ def parameters(model: str, cfg: Config) -> dict[str, str]:
     return {}
 
 
-def model_config(model: str, cfg: Config, engine_path: Path | None = None) -> mc.ModelConfig:
+def model_config(model: str, cfg: Config, engine_path: Path | None = None,
+                 max_input_len: int | None = None) -> mc.ModelConfig:
     """The `ModelConfig` message of one of MODELS (engine_path: the engine target's copy of the engine)."""
     engine = cfg.build.target == "engine"
     if engine and model == "tensorrt_llm":
@@ -99,15 +115,17 @@ def model_config(model: str, cfg: Config, engine_path: Path | None = None) -> mc
         return conf
     conf.backend = "python"
     conf.model_transaction_policy.decoupled = model in DECOUPLED
-    conf.dynamic_batching.SetInParent()
-    conf.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
-    for key, value in parameters(model, cfg).items():
+    if model != "tensorrt_llm_bls":  # as upstream: the BLS model has no dynamic batching
+        conf.dynamic_batching.SetInParent()
+    conf.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU,
+                            count=BLS_INSTANCE_COUNT if model == "tensorrt_llm_bls" else 1)
+    for key, value in parameters(model, cfg, max_input_len).items():
         conf.parameters[key].string_value = value
     return conf
 
 
 def copy_tokenizer(engine_dir: Path, dest: Path, hint: str | None = None) -> int:
-    names = [n for n in (*TOKENIZER_FILES, "config.json") if (engine_dir / n).is_file()]
+    names = [n for n in (*TOKENIZER_FILES, "config.json", "generation_config.json") if (engine_dir / n).is_file()]
     if not {"tokenizer.json", "tokenizer.model", "vocab.json"} & set(names):
         raise PipelineError(hint or f"No tokenizer files in the engine folder {engine_dir} - rebuild it with "
                             "'lpx build' (set model.tokenizer if the checkpoint has none)")
@@ -122,18 +140,20 @@ def source_models() -> Path:
 
 
 def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: Path | None = None) -> dict:
-    """Write the four models into `dest` (replacing any earlier copy of them); returns a summary.
+    """Write the five models into `dest` (replacing any earlier copy of them); returns a summary.
 
     tokenizer_dir: where the tokenizer files are (default: engine_dir, which holds them for the torch
     target; a trtllm-build engine folder has none - pass the quantize artifact's state/ folder)."""
     dest, engine_dir = Path(dest), Path(engine_dir)
     target = cfg.build.target
     if target == "torch":
-        fmt = read_meta(engine_dir)["format"]
+        meta = read_meta(engine_dir)
+        fmt, max_input_len = meta["format"], int(meta["max_input_len"])
     elif target == "engine":
         engine = engine_repo.read_engine_config(engine_dir)
         engine_repo.check_engine(engine, cfg)
         fmt = (engine.get("pretrained_config") or {}).get("quantization", {}).get("quant_algo")
+        max_input_len = (engine.get("build_config") or {}).get("max_input_len") or cfg.build.max_input_len
         if tokenizer_dir is None:
             raise PipelineError(f"The engine folder {engine_dir} has no tokenizer - pass the tokenizer folder "
                                 "(the quantize artifact's state/ folder)")
@@ -148,7 +168,7 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
         folder = dest / model
         shutil.rmtree(folder, ignore_errors=True)
         (folder / "1").mkdir(parents=True)
-        conf = model_config(model, cfg, (folder / "1" / "engine").resolve())
+        conf = model_config(model, cfg, (folder / "1" / "engine").resolve(), max_input_len)
         (folder / "config.pbtxt").write_text(HEADER + text_format.MessageToString(conf), encoding="utf-8")
         files += 1
         if model in SOURCES and not (target == "engine" and model == "tensorrt_llm"):
