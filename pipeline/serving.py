@@ -31,7 +31,14 @@ def _server(cfg: Config, variant: str, repo: Artifact | None):
     if repo is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
     return TritonServer(repo.path if repo else Path("."), host=s.host, http_port=s.http_port, grpc_port=s.grpc_port,
-                        metrics_port=s.metrics_port, log_path=log, ready_timeout_s=s.ready_timeout_s)
+                        metrics_port=s.metrics_port, log_path=log, ready_timeout_s=s.ready_timeout_s,
+                        world_size=world_size(cfg))
+
+
+def world_size(cfg: Config) -> int:
+    """GPUs (= Triton ranks) one engine needs: tp_size x pp_size for the engine target, else 1."""
+    b = cfg.build
+    return b.tp_size * b.pp_size if b.target == "engine" else 1
 
 
 def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter, out: Console) -> dict:

@@ -151,12 +151,86 @@ def _kill_group(pgid: int, wait_s: float = 5.0) -> None:
         pass
 
 
+MPI_FIX = ("install Open MPI (mpirun on PATH; the NGC Triton TensorRT-LLM container ships it) "
+           "or serve an engine built with tp_size x pp_size = 1")
+
+
+def find_mpirun() -> Path:
+    found = shutil.which("mpirun")
+    if not found:
+        raise PipelineError(f"mpirun not found: serving a multi-GPU engine runs one Triton rank per GPU under MPI - {MPI_FIX}")
+    return Path(found)
+
+
+def rank0_args(repo: Path, host: str, ports: dict[str, int], shm_prefix: str, exit_timeout_s: int = 10,
+               backends: Path | None = None) -> list[str]:
+    """The serving rank (and the only one when world_size is 1): every model, HTTP/gRPC/metrics on `host`."""
+    args = [f"--model-repository={repo}", "--model-control-mode=none",
+            f"--http-address={host}", f"--http-port={ports['http']}",
+            f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
+            f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
+            f"--exit-timeout-secs={exit_timeout_s}", "--log-verbose=0",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+    return args + ([f"--backend-directory={backends}"] if backends is not None else [])
+
+
+def mpi_command(binary: Path, repo: Path, world_size: int, host: str, ports: dict[str, int], shm_prefix: str,
+                log_dir: Path, *, backends: Path | None = None, exit_timeout_s: int = 10,
+                mpirun: Path | None = None) -> list[str]:
+    """The command that serves `repo` with one Triton rank per GPU (plain tritonserver when world_size is 1).
+
+    Leader mode of the tensorrtllm backend, as upstream's scripts/launch_triton_server.py composes it
+    (triton-inference-server/tensorrtllm_backend, read through the `code` corpus, 2026-12-02): one
+    `mpirun` with an MPMD block `-n 1 tritonserver ... :` per rank, `--allow-run-as-root` (newer
+    versions only as root), `--disable-auto-complete-config` and `--backend-config=python,
+    shm-region-prefix-name=prefix{rank}_` on every rank; ranks other than 0 get
+    `--model-control-mode=explicit --load-model=tensorrt_llm`, and NVIDIA's launchers (triton_cli,
+    the same script's later versions) also give them `--allow-http=false --allow-grpc=false
+    --allow-metrics=false`. The non-zero ranks' tensorrtllm backend becomes an MPI worker of rank 0's
+    executor, so no executor worker path is needed: that (`executor_worker_path`, default
+    /opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker) is only read in orchestrator mode
+    (`--multi-model`, env TRTLLM_ORCHESTRATOR=1, which upstream allows only with world_size 1 and
+    which TritonServer removes from the environment of a multi-rank launch).
+    Rank 0 logs to mpirun's stdout (the server's log file); rank N to `log_dir/triton-rank{N}.log`.
+    """
+    if world_size < 1:
+        raise PipelineError(f"world_size must be at least 1, not {world_size} - check build.tp_size and build.pp_size")
+    common = [f"--backend-directory={backends}"] if backends is not None else []
+    if world_size == 1:
+        return [str(binary), *rank0_args(repo, host, ports, shm_prefix, exit_timeout_s, backends)]
+    cmd = [str(mpirun or find_mpirun())]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    for rank in range(world_size):
+        prefix = f"{shm_prefix}prefix{rank}_"
+        cmd += ["-n", "1", str(binary)]
+        if rank == 0:
+            cmd += rank0_args(repo, host, ports, prefix, exit_timeout_s, backends)
+        else:
+            cmd += [f"--model-repository={repo}", "--model-control-mode=explicit", "--load-model=tensorrt_llm",
+                    "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
+                    # never used while disabled; set so that no rank could ever listen on 0.0.0.0
+                    f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
+                    f"--exit-timeout-secs={exit_timeout_s}", "--log-verbose=0",
+                    f"--log-file={Path(log_dir) / f'triton-rank{rank}.log'}",
+                    f"--backend-config=python,shm-region-prefix-name={prefix}", *common]
+        cmd += ["--disable-auto-complete-config"]
+        if rank < world_size - 1:
+            cmd.append(":")
+    return cmd
+
+
 class TritonServer:
-    """A tritonserver child process on `repo`, bound to `host`; port 0 picks a free port."""
+    """A tritonserver child process on `repo`, bound to `host`; port 0 picks a free port.
+
+    world_size > 1 (an engine built with tp_size x pp_size GPUs) runs one rank per GPU under mpirun
+    (see mpi_command); rank 0 serves.
+    """
 
     def __init__(self, repo: Path, host: str = "127.0.0.1", http_port: int = 0, grpc_port: int = 0,
                  metrics_port: int = 0, log_path: Path | None = None, ready_timeout_s: float = 180.0,
-                 extra_args: tuple[str, ...] | list[str] = (), exit_timeout_s: int = 10):
+                 extra_args: tuple[str, ...] | list[str] = (), exit_timeout_s: int = 10, world_size: int = 1):
+        self.world_size = int(world_size)
         self.repo = Path(repo)
         self.host = host
         self._requested = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -187,15 +261,13 @@ class TritonServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def command(self, binary: Path, backends: Path | None) -> list[str]:
-        cmd = [str(binary), f"--model-repository={self.repo}", "--model-control-mode=none",
-               f"--http-address={self.host}", f"--http-port={self._ports['http']}",
-               f"--grpc-address={self.host}", f"--grpc-port={self._ports['grpc']}",
-               f"--metrics-address={self.host}", f"--metrics-port={self._ports['metrics']}",
-               f"--exit-timeout-secs={self.exit_timeout_s}", "--log-verbose=0",
-               f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}"]
-        if backends is not None:
-            cmd.append(f"--backend-directory={backends}")
-        return cmd + self.extra_args
+        log_dir = self.log_path.parent if self.log_path else home() / "triton" / "logs"
+        cmd = mpi_command(binary, self.repo, self.world_size, self.host, self._ports, self.shm_prefix, log_dir,
+                          backends=backends, exit_timeout_s=self.exit_timeout_s)
+        if self.world_size == 1 or not self.extra_args:
+            return cmd + self.extra_args
+        first = cmd.index(":")  # extra arguments go to the serving rank
+        return cmd[:first] + self.extra_args + cmd[first:]
 
     def preflight(self) -> Path:
         """What can fail before any work: the tritonserver binary and explicitly given ports."""
@@ -203,7 +275,10 @@ class TritonServer:
             if port and not port_free(self.host, port):
                 raise PipelineError(f"Port {port} on {self.host} is already in use - stop what holds it "
                                     f"or set serving.{name}_port to another port (0 picks a free one)")
-        return find_tritonserver()
+        binary = find_tritonserver()
+        if self.world_size > 1:
+            find_mpirun()
+        return binary
 
     def start(self) -> TritonServer:
         """Launch and wait until /v2/health/ready answers 200; PipelineError with the log tail if not."""
@@ -216,6 +291,9 @@ class TritonServer:
         self._ports = {k: (p or next(free)) for k, p in self._requested.items()}
         root = _is_bundled(binary)
         env = bundled_env(root) if root else None
+        if self.world_size > 1:  # leader mode: orchestrator mode would spawn its own workers (mpi_command)
+            env = dict(env if env is not None else os.environ)
+            env.pop("TRTLLM_ORCHESTRATOR", None)
         backends = private_backends(root) if root else None
         if self.log_path is None:
             self.log_path = home() / "triton" / "logs" / f"tritonserver-{self.shm_prefix.rstrip('_')}.log"
