@@ -266,9 +266,8 @@ _register_tools()
 
 
 def main() -> None:
-    from .progress import quiet_libraries
-
-    quiet_libraries()
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # the runner silences the rest when it loads them
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     debug = bool(os.environ.get("LPX_DEBUG"))
     try:
         cli.main(standalone_mode=False)

@@ -14,7 +14,7 @@ from .calibration import load_texts
 from .checkpoint import inspect_checkpoint
 from .config import STAGES, Config, Variant
 from .errors import PipelineError
-from .progress import Reporter
+from .progress import Reporter, quiet_libraries
 from .recipes import check_archs, check_shapes, check_trtllm
 
 ANY_ARCH = "any"  # the torch target runs on any device
@@ -33,6 +33,7 @@ def stage_index(stage: str) -> int:
 class Runner:
     def __init__(self, cfg: Config, report: Reporter | None = None, force: set[str] | None = None,
                  store: Store | None = None, skip_gate: bool = False, dry_run: bool = False):
+        quiet_libraries()
         self.cfg = cfg
         self.dry_run = dry_run
         self.skip_gate = skip_gate
