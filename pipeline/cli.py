@@ -252,11 +252,13 @@ def path() -> None:
 
 def _register_tools() -> None:
     from .bench.command import bench_command
+    from .bench.compare import compare_command
     from .doctor import doctor_command
     from .matrix import matrix_command
     from .plan import plan_command
 
     cli.add_command(bench_command)
+    cli.add_command(compare_command)
     cli.add_command(doctor_command)
     cli.add_command(matrix_command)
     cli.add_command(plan_command)

@@ -79,9 +79,12 @@ def test_every_request_failing_is_an_error(tmp_path):
     port = __import__("pipeline.stages.serve", fromlist=["_pick_ports"])._pick_ports("127.0.0.1", 1)[0]
     res = CliRunner().invoke(bench_command, ["--url", f"127.0.0.1:{port}", "--model", "tensorrt_llm",
                                              "--concurrency", "2", "--requests", "2", "--warmup", "0",
-                                             "--out", str(tmp_path / "out")])
+                                             "--out", str(tmp_path / "out"), "--label", "fp8-run",
+                                             "--variant", "m/fp8", "--gpu", "h200"])
     assert res.exit_code != 0 and isinstance(res.exception, PipelineError)
-    assert (tmp_path / "out" / "results.json").is_file()
+    doc = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["label"] == "fp8-run" and doc["variant"] == {"model": "m", "name": "fp8"}  # for lpx compare
+    assert "roofline skipped" in doc["roofline_note"]  # no --checkpoint/--format, no quantize artifact
 
 
 @pytest.mark.triton
@@ -93,7 +96,10 @@ def test_fixed_delay_server_measured_right(tmp_path, protocol):
     with TritonServer(write_toy_repo(tmp_path / "repo", first_ms, every_ms), ready_timeout_s=60) as srv:
         url = srv.grpc_url if protocol == "grpc" else srv.http_url
         spec = LoadSpec(url=url, model="tensorrt_llm", protocol=protocol, input_len=32, output_len=osl)
-        r = summarize(run_closed(spec, 4, 8, warmup=4), parse_slo("ttft=150ms"))
+        run = run_closed(spec, 4, 8, warmup=4)
+        r = summarize(run, parse_slo("ttft=150ms"))
+    # the toy stamps each response with its server-side emit time, on the client's wall clock
+    assert all(len(x.emits_ns) == osl and x.emits_ns[0] > x.sent_ns for x in run.records)
     assert r["failed"] == 0 and r["succeeded"] == 8 and r["osl"]["min"] == r["osl"]["max"] == osl
     # TTFT also holds transport and the python backend's queue: a few ms on 2 busy cores (see the self-check)
     assert first_ms <= r["ttft_ms"]["mean"] <= first_ms + 12

@@ -187,3 +187,38 @@ def test_serve_forever_returns_on_signal_and_raises_on_death(tmp_path):
             serve.serve_forever(srv, poll_s=0.1)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+
+
+@pytest.mark.triton
+def test_server_dies_with_a_killed_parent(tmp_path):
+    """A SIGKILLed 'lpx serve' (or test) must not leave tritonserver holding its ports and /dev/shm."""
+    import signal as _signal
+    import subprocess as _sp
+    import sys as _sys
+    import time as _time
+
+    code = (
+        "import sys, time; from pathlib import Path\n"
+        "from pipeline.bench.toy import write_toy_repo\n"
+        "from pipeline.stages.serve import TritonServer\n"
+        "s = TritonServer(write_toy_repo(Path(sys.argv[1]), 10, 5)).start()\n"
+        "print(s.proc.pid, flush=True); time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "LPX_HOME": str(tmp_path / "home")}
+    parent = _sp.Popen([_sys.executable, "-c", code, str(tmp_path / "repo")], stdout=_sp.PIPE, text=True, env=env)
+    pid = int(parent.stdout.readline())
+    parent.send_signal(_signal.SIGKILL)
+    parent.wait()
+    deadline = _time.time() + 30
+    while _time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            break
+        _time.sleep(0.2)
+    else:
+        os.kill(pid, _signal.SIGKILL)
+        pytest.fail("tritonserver outlived the process that started it")

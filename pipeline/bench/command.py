@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from ..errors import PipelineError
-from . import report
+from . import report, roofline
+from .compare import _artifacts, parse_variant
 from .load import LoadSpec, run_closed, run_open
 from .metrics import parse_slo, summarize
 
@@ -27,8 +28,11 @@ def parse_levels(text: str) -> list[int]:
 def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | None = None,
           burstiness: float = 1.0, requests: int | None = 100, duration_s: float | None = None,
           warmup: int = 10, slo: dict[str, float] | None = None, out: Path | None = None,
-          echo: Any = None) -> dict[str, Any]:
-    """Run the load against `spec.url` and return the report document; write it to `out` if given."""
+          echo: Any = None, label: str | None = None, variant: dict[str, Any] | None = None,
+          roof: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the load against `spec.url` and return the report document; write it to `out` if given.
+    `label` and `variant` ({'model', 'name', 'artifact'}) are recorded for `lpx compare`; `roof`
+    ({'gpu', 'checkpoint', 'format', 'kv_dtype'}) adds the decode roofline (see roofline_inputs)."""
     results = []
     if rate is not None:
         n = requests or max(1, int(rate * (duration_s or 60)))
@@ -44,9 +48,44 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
     doc = {"target": {"url": spec.url, "model": spec.model, "protocol": spec.protocol, "input_len": spec.input_len,
                       "output_len": spec.output_len, "vocab": list(spec.vocab), "seed": spec.seed},
            "results": results, "environment": report.environment(), "finished_at": time.time()}
+    if label:
+        doc["label"] = label
+    if variant:
+        doc["variant"] = variant
+    if roof is not None:
+        try:
+            args = roofline_inputs(doc, **roof)
+            if isinstance(args, str):
+                doc["roofline_note"] = args
+            else:
+                roofline.roofline(doc, *args)
+        except PipelineError as exc:
+            doc["roofline_note"] = f"roofline skipped: {exc}"
     if out is not None:
         doc["files"] = {k: str(v) for k, v in report.write(doc, out).items()}
     return doc
+
+
+def roofline_inputs(doc: dict[str, Any], gpu: str | None = None, checkpoint: Path | None = None,
+                    format: str | None = None, kv_dtype: str | None = None) -> tuple | str:  # noqa: A002
+    """(Gpu, checkpoint, format, kv dtype) for the roofline, from the options or the variant's quantize
+    manifest; a note saying what is missing otherwise."""
+    g = roofline.detect_gpu(doc["environment"].get("gpus") or [], gpu)
+    variant = doc.get("variant") or {}
+    if (checkpoint is None or format is None) and variant.get("name"):
+        from ..artifacts import Store
+
+        found = _artifacts(Store(), variant, "quantize")
+        if found:
+            res = found[0].manifest.get("results", {})
+            checkpoint = checkpoint or found[0].path
+            format = format or res.get("format")
+            kv_dtype = kv_dtype or roofline.kv_dtype_of(res.get("kv_cache"))
+    missing = [what for what, v in (("--gpu (no known GPU detected)", g), ("--checkpoint", checkpoint),
+                                    ("--format", format)) if v is None]
+    if missing:
+        return "roofline skipped: give " + ", ".join(missing) + " (or --variant with a quantize artifact)"
+    return g, Path(checkpoint), format, kv_dtype or "bf16"  # type: ignore[arg-type]
 
 
 @click.command("bench")
@@ -67,9 +106,21 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for results.json/.md/plots.")
+@click.option("--label", default=None, help="Name of this run in 'lpx compare' (default: the variant or folder).")
+@click.option("--variant", "variant_ref", default=None,
+              help="VARIANT or MODEL/VARIANT served: 'lpx compare' adds its eval quality and size on disk.")
+@click.option("--artifact", type=click.Path(exists=True, path_type=Path), default=None,
+              help="The artifact folder served (engine or checkpoint), for its size on disk.")
+@click.option("--gpu", default=None, help="GPU for the decode roofline (default: detected with nvidia-smi).")
+@click.option("--checkpoint", type=click.Path(exists=True, path_type=Path), default=None,
+              help="HF checkpoint folder (config.json) for the roofline's weight and KV bytes.")
+@click.option("--format", "fmt", default=None, help="Weight format for the roofline: none, fp8, int4_awq, ...")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "fp8", "int8"]), default=None, help="KV cache dtype [bf16].")
 def bench_command(url: str, model: str, protocol: str, concurrency: str, rate: float | None, burstiness: float,
                   requests: int, duration: float | None, warmup: int, input_len: int, output_len: int, vocab: str,
-                  seed: int, slo: str | None, out: Path | None) -> None:
+                  seed: int, slo: str | None, out: Path | None, label: str | None, variant_ref: str | None,
+                  artifact: Path | None, gpu: str | None, checkpoint: Path | None, fmt: str | None,
+                  kv_dtype: str | None) -> None:
     """Measure a served model: TTFT, ITL, E2E, tokens/s and goodput per load level (warm-up excluded)."""
     try:
         lo, hi = (int(x) for x in vocab.split(","))
@@ -77,11 +128,18 @@ def bench_command(url: str, model: str, protocol: str, concurrency: str, rate: f
         raise PipelineError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
     spec = LoadSpec(url=url, model=model, protocol=protocol, input_len=input_len, output_len=output_len,
                     vocab=(lo, hi), seed=seed)
+    variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
+    if artifact is not None:
+        variant = {**(variant or {"model": None, "name": None}), "artifact": str(artifact.resolve())}
+    if gpu:
+        roofline.lookup_gpu(gpu)  # an unknown name fails before the load runs
+    roof = {"gpu": gpu, "checkpoint": checkpoint, "format": fmt, "kv_dtype": kv_dtype}
     doc = bench(spec, None if rate is not None else parse_levels(concurrency), rate, burstiness, requests,
-                duration, warmup, parse_slo(slo), out, echo=click.echo)
+                duration, warmup, parse_slo(slo), out, echo=click.echo, label=label, variant=variant, roof=roof)
     click.echo(report.markdown(doc))
-    if "plots_note" in doc:
-        click.echo(doc["plots_note"])
+    for note in ("plots_note", "roofline_note"):
+        if note in doc:
+            click.echo(doc[note])
     if out is not None:
         click.echo(f"Wrote {out}/results.json")
     if all(r["succeeded"] == 0 for r in doc["results"]):

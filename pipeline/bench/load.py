@@ -52,6 +52,8 @@ class Record:
     tokens: list[int] = field(default_factory=list)  # output tokens in each of those responses
     end: float = 0.0
     error: str | None = None
+    sent_ns: int = 0  # time.time_ns() at send: the wall clock a server's emit stamps share on one machine
+    emits_ns: list[int] = field(default_factory=list)  # server-side emit time of each of those responses, if sent
 
 
 @dataclass
@@ -124,7 +126,7 @@ class GrpcSender:
 
     async def send(self, req: Any, rec: Record) -> None:
         call = self.stub.ModelStreamInfer(timeout=self.spec.timeout_s)
-        rec.sent = time.perf_counter()
+        rec.sent, rec.sent_ns = time.perf_counter(), time.time_ns()
         await call.write(req)
         while (msg := await call.read()) is not grpc_aio_EOF:
             t = time.perf_counter()
@@ -135,6 +137,9 @@ class GrpcSender:
             if n:
                 rec.times.append(t)
                 rec.tokens.append(n)
+                emit = _emit_grpc(resp)
+                if emit is not None:
+                    rec.emits_ns.append(emit)
             if resp.parameters["triton_final_response"].bool_param:
                 await call.done_writing()
                 return
@@ -153,6 +158,14 @@ def _count_grpc(resp: Any) -> int:
         if out.name == "text_output" and len(resp.raw_output_contents[i]) > 4:
             return 1
     return 0
+
+
+def _emit_grpc(resp: Any) -> int | None:
+    """The optional `emit_ns` INT64 output (server wall clock at send), as the toy engine stamps it."""
+    for i, out in enumerate(resp.outputs):
+        if out.name == "emit_ns" and len(resp.raw_output_contents[i]) >= 8:
+            return int.from_bytes(resp.raw_output_contents[i][:8], "little", signed=True)
+    return None
 
 
 class HttpSender:
@@ -175,7 +188,7 @@ class HttpSender:
         return body
 
     async def send(self, body: dict[str, Any], rec: Record) -> None:
-        rec.sent = time.perf_counter()
+        rec.sent, rec.sent_ns = time.perf_counter(), time.time_ns()
         async with self.session.post(self.endpoint, json=body) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
@@ -191,6 +204,9 @@ class HttpSender:
                 if n:
                     rec.times.append(t)
                     rec.tokens.append(n)
+                    emit = event.get("emit_ns")
+                    if emit is not None:
+                        rec.emits_ns.append(int(np.asarray(emit).reshape(-1)[0]))
 
     async def close(self) -> None:
         await self.session.close()

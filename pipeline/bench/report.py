@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import toolchain
+from . import roofline
 
 
 def gpu_names() -> list[str]:
@@ -43,7 +44,10 @@ def _level(load: dict[str, Any]) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     t = doc["target"]
-    lines = [f"# lpx bench: {t['model']} at {t['url']} ({t['protocol']})", "",
+    v = doc.get("variant") or {}
+    named = "/".join(x for x in (v.get("model"), v.get("name")) if x)
+    lines = [f"# lpx bench: {t['model']} at {t['url']} ({t['protocol']})"
+             + (f" - {doc['label']}" if doc.get("label") else "") + (f", variant {named}" if named else ""), "",
              f"ISL {t['input_len']}, OSL {t['output_len']} requested; output tokens counted from "
              f"{doc['results'][0]['token_source'] if doc['results'] else '-'}"
              + (" (text only: one response counted as one token)"
@@ -58,6 +62,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {_v(r['itl_ms'], 'p50')}/{_v(r['itl_ms'], 'p99')} | {_v(r['e2e_ms'], 'p50')}/{_v(r['e2e_ms'], 'p99')} "
             f"| {r['output_tokens_per_s']:.1f} | {r['requests_per_s']:.2f} | {_v(r['tokens_per_s_per_user'], 'p50')} "
             f"| {good} | {r['client_cpu_util']:.0%} |")
+    lines += roofline.markdown(doc)
     errors = sorted({e for r in doc["results"] for e in r["errors"]})
     if errors:
         lines += ["", "Errors seen:", *[f"- {e}" for e in errors]]

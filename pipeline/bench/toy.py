@@ -1,7 +1,8 @@
 """A fixed-delay stand-in for the engine model, for checking the load generator against known truth.
 
 Served as `tensorrt_llm` (decoupled python backend) with the engine's tensors: input_ids,
-input_lengths, request_output_len, streaming -> output_ids [1, 1, 1], sequence_length [1, 1].
+input_lengths, request_output_len, streaming -> output_ids [1, 1, 1], sequence_length [1, 1], plus
+emit_ns [1] (INT64, the server's time.time_ns() right before the send: truth for the client's clock).
 Each request's k-th token (k = 0..n-1) leaves at arrival + first_ms + k * every_ms, on absolute
 times so no drift accumulates; one sender thread walks a heap of due tokens, so any number of
 requests run concurrently. TTFT truth = first_ms, ITL truth = every_ms (plus transport).
@@ -24,7 +25,8 @@ input [
 ]
 output [
   {{ name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] }},
-  {{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }}
+  {{ name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "emit_ns" data_type: TYPE_INT64 dims: [ -1 ] }}
 ]
 dynamic_batching {{ }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
@@ -82,7 +84,8 @@ class TritonPythonModel:
                                                sender, k + 1, n, start))
             ids = pb_utils.Tensor("output_ids", np.array([[[1000 + k]]], dtype=np.int32))
             length = pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))
-            sender.send(pb_utils.InferenceResponse([ids, length]), flags=FINAL if k + 1 == n else 0)
+            emit = pb_utils.Tensor("emit_ns", np.array([[time.time_ns()]], dtype=np.int64))
+            sender.send(pb_utils.InferenceResponse([ids, length, emit]), flags=FINAL if k + 1 == n else 0)
 
     def finalize(self):
         with self.cv:

@@ -300,7 +300,8 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(binary, backends), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         try:
             self._wait_ready()
         except BaseException:
@@ -353,6 +354,17 @@ class TritonServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies, even by SIGKILL,
+    so a killed 'lpx serve' or test never leaves a tritonserver holding ports and /dev/shm (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def serve_forever(server: TritonServer, poll_s: float = 0.5) -> None:

@@ -1,0 +1,216 @@
+"""`lpx compare`: bench runs side by side - latency and throughput per load level, plus quality (the eval
+artifact) and size on disk for runs that name a variant.
+
+Runs are comparable only on the same GPU and the same load shape (model kind, protocol, input/output
+lengths, load levels); anything else is refused, naming the field, unless --force.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..artifacts import Artifact, Store
+from ..errors import PipelineError
+
+
+# -- reading runs ------------------------------------------------------------------------------------
+def load_run(path: Path) -> dict[str, Any]:
+    """A bench results.json, from the folder `lpx bench --out` wrote or the file itself."""
+    path = Path(path)
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"cannot read {file}: {exc} - pass folders written by 'lpx bench --out'", 2) from None
+    if not isinstance(doc, dict) or "target" not in doc or "results" not in doc:
+        raise PipelineError(f"{file} is not an 'lpx bench' results.json (no target/results)", 2)
+    doc["_path"] = str(path)
+    return doc
+
+
+def label(doc: dict[str, Any]) -> str:
+    v = doc.get("variant") or {}
+    return doc.get("label") or v.get("name") or Path(doc["_path"]).name or doc["_path"]
+
+
+def _levels(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for r in doc["results"]:
+        load = r["load"]
+        out.append(f"c={load['concurrency']}" if load["mode"] == "closed"
+                   else f"rate={load['rate']:g}/s b={load.get('burstiness', 1.0):g}")
+    return out
+
+
+def shape(doc: dict[str, Any]) -> dict[str, Any]:
+    """What must match between compared runs: the GPU and the load shape."""
+    t = doc["target"]
+    gpus = (doc.get("environment") or {}).get("gpus") or []
+    return {"GPU": ", ".join(gpus) if gpus else "none", "model kind": t.get("model"), "protocol": t.get("protocol"),
+            "input length": t.get("input_len"), "output length": t.get("output_len"),
+            "load levels": ", ".join(_levels(doc))}
+
+
+def mismatches(docs: list[dict[str, Any]]) -> list[str]:
+    first = shape(docs[0])
+    out = []
+    for doc in docs[1:]:
+        other = shape(doc)
+        for key, value in first.items():
+            if other[key] != value:
+                out.append(f"{key} differs: {label(docs[0])} has {value}, {label(doc)} has {other[key]}")
+    return out
+
+
+# -- artifacts named by a run ------------------------------------------------------------------------
+def parse_variant(ref: str) -> dict[str, str | None]:
+    """'VARIANT' or 'MODEL/VARIANT' -> {'model': ..., 'name': ...}."""
+    model, _, name = ref.rpartition("/")
+    if not name:
+        raise PipelineError(f"Bad --variant {ref!r} - use VARIANT or MODEL/VARIANT", 2)
+    return {"model": model or None, "name": name}
+
+
+def _artifacts(store: Store, variant: dict[str, Any], stage: str) -> list[Artifact]:
+    found = [a for a in store.all() if a.stage == stage and a.manifest.get("variant") == variant.get("name")
+             and (not variant.get("model") or a.manifest.get("model") == variant["model"])]
+    return sorted(found, key=lambda a: a.manifest.get("created", 0), reverse=True)
+
+
+def du(path: Path) -> int:
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str, Any]:
+    """Quality (newest eval artifact of the variant) and size on disk (the run's artifact, else the
+    newest engine, else the quantized checkpoint); {} for a run that names neither."""
+    v = doc.get("variant") or {}
+    if not v.get("name") and not v.get("artifact"):
+        return {}
+    store = store or Store()
+    facts: dict[str, Any] = {}
+    if v.get("name"):
+        evals = _artifacts(store, v, "eval")
+        if evals:
+            facts["quality"] = evals[0].manifest.get("results", {})
+            facts["eval"] = str(evals[0].path)
+    sized = None
+    if v.get("artifact") and Path(v["artifact"]).exists():
+        sized = ("artifact", Path(v["artifact"]))
+    elif v.get("name"):
+        for stage, kind in (("build", "engine"), ("quantize", "checkpoint")):
+            found = _artifacts(store, v, stage)
+            if found:
+                sized = (kind, found[0].path)
+                break
+    if sized:
+        facts["size_bytes"], facts["size_of"], facts["size_path"] = du(sized[1]), sized[0], str(sized[1])
+    return facts
+
+
+# -- output ------------------------------------------------------------------------------------------
+def _p(stats: dict[str, float] | None, *keys: str) -> str:
+    return "/".join(f"{stats[k]:.1f}" for k in keys) if stats else "-"
+
+
+def _quality(q: dict[str, Any] | None) -> str:
+    if not q:
+        return "-"
+    if "skipped" in q:
+        return "not evaluated"
+    return (f"KL {q['kl_mean']:.4f}, top-1 {q['top1_agreement']:.1%}, "
+            f"ppl {q['ppl_quantized']:.2f} ({q['ppl_increase_pct']:+.1f}%)")
+
+
+def markdown(docs: list[dict[str, Any]], facts: list[dict[str, Any]], notes: list[str]) -> str:
+    s = shape(docs[0])
+    lines = ["# lpx compare", "",
+             f"GPU {s['GPU']}; {s['model kind']} over {s['protocol']}; ISL {s['input length']}, "
+             f"OSL {s['output length']}; levels {s['load levels']}", ""]
+    if notes:
+        lines += ["Forced past differences:", *[f"- {n}" for n in notes], ""]
+    lines += ["| run | model | URL | variant | quality | size on disk |", "|---|---|---|---|---|---|"]
+    for doc, f in zip(docs, facts, strict=True):
+        v = doc.get("variant") or {}
+        name = "/".join(x for x in (v.get("model"), v.get("name")) if x) or "-"
+        size = f"{f['size_bytes'] / 1e9:.2f} GB ({f['size_of']})" if "size_bytes" in f else "-"
+        lines.append(f"| {label(doc)} | {doc['target']['model']} | {doc['target']['url']} | {name} "
+                     f"| {_quality(f.get('quality'))} | {size} |")
+    lines += ["", "| run | load | ok/failed | TTFT p50/p99 ms | ITL p50/p99 ms | out tok/s | tok/s/user p50 | MBU |",
+              "|---|---|---|---|---|---|---|---|"]
+    for doc in docs:
+        for level, r in zip(_levels(doc), doc["results"], strict=True):
+            mbu = f"{r['roofline']['mbu']:.0%}" if r.get("roofline") else "-"
+            lines.append(f"| {label(doc)} | {level} | {r['succeeded']}/{r['failed']} | {_p(r['ttft_ms'], 'p50', 'p99')} "
+                         f"| {_p(r['itl_ms'], 'p50', 'p99')} | {r['output_tokens_per_s']:.1f} "
+                         f"| {_p(r['tokens_per_s_per_user'], 'p50')} | {mbu} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(docs: list[dict[str, Any]], path: Path) -> Path | None:
+    """System output tok/s against tok/s per user (p50), one line per run; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for doc in docs:
+        pts = [(r["tokens_per_s_per_user"]["p50"], r["output_tokens_per_s"], lv)
+               for lv, r in zip(_levels(doc), doc["results"], strict=True) if r.get("tokens_per_s_per_user")]
+        if not pts:
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label(doc))
+        for x, y, lv in pts:
+            ax.annotate(lv, (x, y), fontsize=7)
+    ax.set(xlabel="tokens/s per user (p50)", ylabel="output tokens/s (system)", title="lpx compare")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def compare(paths: list[Path], force: bool = False, out: Path | None = None,
+            store: Store | None = None) -> dict[str, Any]:
+    """Read the runs, check they are comparable, and return {'markdown', 'facts', 'notes', 'files'}."""
+    if not paths:
+        raise PipelineError("give at least one RUN_DIR (a folder written by 'lpx bench --out')", 2)
+    docs = [load_run(p) for p in paths]
+    notes = mismatches(docs)
+    if notes and not force:
+        raise PipelineError("runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force", 2)
+    facts = [artifact_facts(d, store) for d in docs]
+    md = markdown(docs, facts, notes)
+    files: dict[str, str] = {}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.md").write_text(md)
+        files["markdown"] = str(out / "compare.md")
+        png = plot(docs, out / "compare.png")
+        if png:
+            files["plot"] = str(png)
+    return {"markdown": md, "facts": facts, "notes": notes, "files": files}
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--force", is_flag=True, help="Compare runs from different GPUs or load shapes anyway.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for compare.md and compare.png.")
+def compare_command(runs: tuple[Path, ...], force: bool, out: Path | None) -> None:
+    """Put bench runs (folders from 'lpx bench --out') side by side: latency, throughput, quality, size."""
+    result = compare(list(runs), force, out)
+    click.echo(result["markdown"])
+    if out is not None:
+        click.echo(f"Wrote {', '.join(result['files'].values())}")
+        if "plot" not in result["files"]:
+            click.echo("plot skipped: matplotlib is not installed")
