@@ -105,3 +105,25 @@ def test_fixed_delay_server_measured_right(tmp_path, protocol):
     assert first_ms <= r["ttft_ms"]["mean"] <= first_ms + 12
     assert r["itl_ms"]["mean"] == pytest.approx(every_ms, abs=1.0)
     assert r["good_requests"] == 8
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
+    """`lpx bench -c F --variant V`: stages from cache or run, server started on 127.0.0.1, measured, stopped."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from pipeline.bench.command import bench_command
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(bench_command, [
+        "-c", str(demo_config), "--variant", "fp8", "--model", "tensorrt_llm", "--concurrency", "2",
+        "--requests", "4", "--warmup", "1", "--input-len", "8", "--output-len", "8", "--vocab", "10,500",
+        "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = _json.loads((out / "results.json").read_text())
+    assert doc["variant"]["name"] == "fp8" and doc["variant"]["model"] == "tiny-llama"
+    (level,) = doc["results"]
+    assert level["succeeded"] == 4 and level["failed"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,38 @@ def roofline_inputs(doc: dict[str, Any], gpu: str | None = None, checkpoint: Pat
     return g, Path(checkpoint), format, kv_dtype or "bf16"  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _served(config_path: Path | None, variant_name: str | None, protocol: str):
+    """Run the stages for one variant, serve its repository on 127.0.0.1, yield (url, variant info), stop."""
+    from ..cli import _config
+    from ..progress import Reporter
+    from ..runner import Runner
+    from ..selection import detect_gpu, select
+    from ..serving import _server
+
+    report = Reporter()
+    cfg = _config(config_path, report)
+    variants = cfg.select([variant_name] if variant_name else None)
+    if len(variants) != 1:
+        raise PipelineError("lpx bench -c measures one variant; pick it with --variant "
+                            f"(have: {', '.join(v.name for v in variants)})", exit_code=2)
+    runner = Runner(cfg, report)
+    outcome = runner.run(variants, "repo")[0]
+    runner.raise_gate_failures()
+    pairs = [(outcome.artifacts[f"build:{k[5:]}"], a) for k, a in outcome.artifacts.items() if k.startswith("repo:")]
+    gpu = None if all(e.manifest["arch"] == "any" for e, _ in pairs) else detect_gpu()
+    engine, repo = select(pairs, gpu)
+    with _server(cfg, variants[0].name, repo) as server:
+        report.stage("serve", variants[0].name, f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}")
+        yield (server.grpc_url if protocol == "grpc" else server.http_url,
+               {"model": cfg.model.name, "name": variants[0].name, "artifact": engine.path})
+
+
 @click.command("bench")
-@click.option("--url", required=True, help="HOST:PORT of Triton's gRPC (or HTTP with --protocol http) endpoint.")
+@click.option("--url", default=None, help="HOST:PORT of Triton's gRPC (or HTTP with --protocol http) endpoint. "
+              "Without it, -c/--variant: LPX runs the stages, starts the server, measures and stops it.")
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help="lpx.yaml whose variant to serve and measure (default as 'lpx run': $LPX_CONFIG, ./lpx.yaml, demo).")
 @click.option("--model", default="ensemble", show_default=True,
               help="'ensemble' (text prompts) or 'tensorrt_llm' (token ids, exact lengths).")
 @click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
@@ -116,7 +147,7 @@ def roofline_inputs(doc: dict[str, Any], gpu: str | None = None, checkpoint: Pat
               help="HF checkpoint folder (config.json) for the roofline's weight and KV bytes.")
 @click.option("--format", "fmt", default=None, help="Weight format for the roofline: none, fp8, int4_awq, ...")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8", "int8"]), default=None, help="KV cache dtype [bf16].")
-def bench_command(url: str, model: str, protocol: str, concurrency: str, rate: float | None, burstiness: float,
+def bench_command(url: str | None, config_path: Path | None, model: str, protocol: str, concurrency: str, rate: float | None, burstiness: float,
                   requests: int, duration: float | None, warmup: int, input_len: int, output_len: int, vocab: str,
                   seed: int, slo: str | None, out: Path | None, label: str | None, variant_ref: str | None,
                   artifact: Path | None, gpu: str | None, checkpoint: Path | None, fmt: str | None,
@@ -126,6 +157,12 @@ def bench_command(url: str, model: str, protocol: str, concurrency: str, rate: f
         lo, hi = (int(x) for x in vocab.split(","))
     except ValueError:
         raise PipelineError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
+    if url is None:
+        with _served(config_path, variant_ref, protocol) as (url, served):
+            return bench_command.callback(url, None, model, protocol, concurrency, rate, burstiness, requests,
+                                          duration, warmup, input_len, output_len, vocab, seed, slo, out,
+                                          label or served["name"], f"{served['model']}/{served['name']}",
+                                          served["artifact"], gpu, checkpoint, fmt, kv_dtype)
     spec = LoadSpec(url=url, model=model, protocol=protocol, input_len=input_len, output_len=output_len,
                     vocab=(lo, hi), seed=seed)
     variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
