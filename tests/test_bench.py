@@ -125,5 +125,7 @@ def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
     assert res.exit_code == 0, res.output
     doc = _json.loads((out / "results.json").read_text())
     assert doc["variant"]["name"] == "fp8" and doc["variant"]["model"] == "tiny-llama"
+    assert doc["variant"]["config"]["build"]["max_batch_size"] == 8
+    assert set(doc["variant"]["artifact_keys"]) == {"quantize", "eval", "build:any", "repo:any"}
     (level,) = doc["results"]
     assert level["succeeded"] == 4 and level["failed"] == 0

@@ -113,7 +113,9 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
     with _server(cfg, variants[0].name, repo) as server:
         report.stage("serve", variants[0].name, f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}")
         yield (server.grpc_url if protocol == "grpc" else server.http_url,
-               {"model": cfg.model.name, "name": variants[0].name, "artifact": engine.path})
+               {"model": cfg.model.name, "name": variants[0].name, "artifact": engine.path,
+                "provenance": {"config": cfg.model_dump(mode="json"),
+                               "artifact_keys": {k: a.key for k, a in outcome.artifacts.items()}}})
 
 
 @click.command("bench")
@@ -151,7 +153,7 @@ def bench_command(url: str | None, config_path: Path | None, model: str, protoco
                   requests: int, duration: float | None, warmup: int, input_len: int, output_len: int, vocab: str,
                   seed: int, slo: str | None, out: Path | None, label: str | None, variant_ref: str | None,
                   artifact: Path | None, gpu: str | None, checkpoint: Path | None, fmt: str | None,
-                  kv_dtype: str | None) -> None:
+                  kv_dtype: str | None, provenance: dict | None = None) -> None:
     """Measure a served model: TTFT, ITL, E2E, tokens/s and goodput per load level (warm-up excluded)."""
     try:
         lo, hi = (int(x) for x in vocab.split(","))
@@ -162,12 +164,15 @@ def bench_command(url: str | None, config_path: Path | None, model: str, protoco
             return bench_command.callback(url, None, model, protocol, concurrency, rate, burstiness, requests,
                                           duration, warmup, input_len, output_len, vocab, seed, slo, out,
                                           label or served["name"], f"{served['model']}/{served['name']}",
-                                          served["artifact"], gpu, checkpoint, fmt, kv_dtype)
+                                          served["artifact"], gpu, checkpoint, fmt, kv_dtype,
+                                          provenance=served["provenance"])
     spec = LoadSpec(url=url, model=model, protocol=protocol, input_len=input_len, output_len=output_len,
                     vocab=(lo, hi), seed=seed)
     variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
     if artifact is not None:
         variant = {**(variant or {"model": None, "name": None}), "artifact": str(artifact.resolve())}
+    if provenance:  # the config and the key of every artifact behind the served repository
+        variant = {**(variant or {}), **provenance}
     if gpu:
         roofline.lookup_gpu(gpu)  # an unknown name fails before the load runs
     roof = {"gpu": gpu, "checkpoint": checkpoint, "format": fmt, "kv_dtype": kv_dtype}
