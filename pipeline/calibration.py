@@ -26,6 +26,33 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
 
 
+def read_texts(path: Path, field: str, key: str, field_key: str) -> tuple[list[str], bytes]:
+    """Text samples of a .txt (one per paragraph) or .jsonl (`field` of each line) file, and its bytes.
+    `key`/`field_key` name the setting in error messages (e.g. calibration.data, --dataset)."""
+    if not path.is_file():
+        raise PipelineError(f"{key}: no file at {path} - give a .txt or .jsonl file, or remove it to use "
+                            "LPX's built-in text", exit_code=2)
+    raw = path.read_bytes()
+    try:
+        content = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PipelineError(f"{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2) from None
+    if path.suffix != ".jsonl":
+        return _paragraphs(content), raw
+    texts = []
+    for n, line in enumerate(content.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)[field]
+        except (ValueError, KeyError, TypeError):
+            raise PipelineError(f"{key}: {path} line {n} is not a JSON object with a '{field}' field - "
+                                f"fix the line or set {field_key}", exit_code=2) from None
+        if isinstance(value, str) and value.strip():
+            texts.append(value.strip())
+    return texts, raw
+
+
 def load_texts(cal: Calibration | Evaluation, key: str = "calibration") -> CalibrationSet:
     """Samples from `cal.data`, or from LPX's own text (calibration or held-out) when unset."""
     if cal.data is None:
@@ -33,32 +60,8 @@ def load_texts(cal: Calibration | Evaluation, key: str = "calibration") -> Calib
         raw = resources.files("pipeline.data").joinpath(builtin.split(":", 1)[1]).read_bytes()
         texts, source = _paragraphs(raw.decode("utf-8")), builtin
     else:
-        path = Path(cal.data)
-        if not path.is_file():
-            raise PipelineError(f"{key}.data: no file at {path} - give a .txt or .jsonl file, or remove the key "
-                                "to use LPX's built-in text", exit_code=2)
-        raw = path.read_bytes()
-        source = str(path)
-        try:
-            content = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PipelineError(f"{key}.data: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2) from None
-        if path.suffix == ".jsonl":
-            texts = []
-            for n, line in enumerate(content.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    value = row[cal.jsonl_field]
-                except (ValueError, KeyError, TypeError):
-                    raise PipelineError(
-                        f"{key}.data: {path} line {n} is not a JSON object with a '{cal.jsonl_field}' field - "
-                        f"fix the line or set {key}.jsonl_field", exit_code=2) from None
-                if isinstance(value, str) and value.strip():
-                    texts.append(value.strip())
-        else:
-            texts = _paragraphs(content)
+        texts, raw = read_texts(Path(cal.data), cal.jsonl_field, f"{key}.data", f"{key}.jsonl_field")
+        source = str(cal.data)
     if not texts:
         raise PipelineError(f"{key}.data: {source} holds no text samples", exit_code=2)
     if len(texts) < cal.samples:

@@ -129,3 +129,18 @@ def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
     assert set(doc["variant"]["artifact_keys"]) == {"quantize", "eval", "build:any", "repo:any"}
     (level,) = doc["results"]
     assert level["succeeded"] == 4 and level["failed"] == 0
+
+
+def test_lengths_from_a_distribution_and_prompts_from_a_dataset(tmp_path):
+    from pipeline.bench.load import ENGINE, LoadSpec, _tensors, draw_len
+
+    rng = np.random.default_rng(0)
+    fixed = {draw_len(128, 0, rng) for _ in range(50)}
+    spread = [draw_len(128, 32, rng) for _ in range(4000)]
+    assert fixed == {128} and min(spread) >= 1 and abs(np.mean(spread) - 128) < 2 and 28 < np.std(spread) < 36
+    spec = LoadSpec(url="x", model=ENGINE, input_len=64, output_len=16, input_len_std=8, output_len_std=4)
+    lens = {int(_tensors(spec, rng)["input_lengths"][1][0, 0]) for _ in range(30)}
+    assert len(lens) > 5, "input lengths should vary per request"
+    texts = LoadSpec(url="x", prompts=("alpha beta", "gamma"))
+    seen = {_tensors(texts, rng)["text_input"][1][0, 0].decode() for _ in range(40)}
+    assert seen == {"alpha beta", "gamma"}

@@ -47,7 +47,9 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
                      f"{r['output_tokens_per_s']:.1f} tok/s, TTFT p50 "
                      f"{r['ttft_ms']['p50'] if r['ttft_ms'] else float('nan'):.1f} ms")
     doc = {"target": {"url": spec.url, "model": spec.model, "protocol": spec.protocol, "input_len": spec.input_len,
-                      "output_len": spec.output_len, "vocab": list(spec.vocab), "seed": spec.seed},
+                      "output_len": spec.output_len, "input_len_std": spec.input_len_std,
+                      "output_len_std": spec.output_len_std, "dataset_prompts": len(spec.prompts),
+                      "vocab": list(spec.vocab), "seed": spec.seed},
            "results": results, "environment": report.environment(), "finished_at": time.time()}
     if label:
         doc["label"] = label
@@ -135,6 +137,12 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
 @click.option("--warmup", type=int, default=10, show_default=True, help="Uncounted requests before each level.")
 @click.option("--input-len", type=int, default=128, show_default=True)
 @click.option("--output-len", type=int, default=128, show_default=True)
+@click.option("--input-len-std", type=float, default=0.0, show_default=True,
+              help="> 0: input lengths drawn per request from a normal distribution around --input-len.")
+@click.option("--output-len-std", type=float, default=0.0, show_default=True)
+@click.option("--dataset", type=click.Path(path_type=Path), default=None,
+              help="Prompts from a local .txt (one per paragraph) or .jsonl file (text models only).")
+@click.option("--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt.")
 @click.option("--vocab", default="100,30000", show_default=True, help="Range LO,HI of random prompt token ids.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
@@ -153,7 +161,8 @@ def bench_command(url: str | None, config_path: Path | None, model: str, protoco
                   requests: int, duration: float | None, warmup: int, input_len: int, output_len: int, vocab: str,
                   seed: int, slo: str | None, out: Path | None, label: str | None, variant_ref: str | None,
                   artifact: Path | None, gpu: str | None, checkpoint: Path | None, fmt: str | None,
-                  kv_dtype: str | None, provenance: dict | None = None) -> None:
+                  kv_dtype: str | None, input_len_std: float = 0.0, output_len_std: float = 0.0,
+                  dataset: Path | None = None, dataset_field: str = "prompt", provenance: dict | None = None) -> None:
     """Measure a served model: TTFT, ITL, E2E, tokens/s and goodput per load level (warm-up excluded)."""
     try:
         lo, hi = (int(x) for x in vocab.split(","))
@@ -164,10 +173,20 @@ def bench_command(url: str | None, config_path: Path | None, model: str, protoco
             return bench_command.callback(url, None, model, protocol, concurrency, rate, burstiness, requests,
                                           duration, warmup, input_len, output_len, vocab, seed, slo, out,
                                           label or served["name"], f"{served['model']}/{served['name']}",
-                                          served["artifact"], gpu, checkpoint, fmt, kv_dtype,
-                                          provenance=served["provenance"])
+                                          served["artifact"], gpu, checkpoint, fmt, kv_dtype, input_len_std,
+                                          output_len_std, dataset, dataset_field, provenance=served["provenance"])
+    prompts: tuple[str, ...] = ()
+    if dataset is not None:
+        if model == "tensorrt_llm":
+            raise PipelineError("--dataset gives text prompts: use it with --model ensemble or tensorrt_llm_bls", 2)
+        from ..calibration import read_texts
+
+        prompts = tuple(read_texts(dataset, dataset_field, "--dataset", "--dataset-field")[0])
+        if not prompts:
+            raise PipelineError(f"--dataset: {dataset} holds no prompts", exit_code=2)
     spec = LoadSpec(url=url, model=model, protocol=protocol, input_len=input_len, output_len=output_len,
-                    vocab=(lo, hi), seed=seed)
+                    input_len_std=input_len_std, output_len_std=output_len_std, vocab=(lo, hi), seed=seed,
+                    prompts=prompts)
     variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
     if artifact is not None:
         variant = {**(variant or {"model": None, "name": None}), "artifact": str(artifact.resolve())}

@@ -52,7 +52,8 @@ def shape(doc: dict[str, Any]) -> dict[str, Any]:
     gpus = (doc.get("environment") or {}).get("gpus") or []
     return {"GPU": ", ".join(gpus) if gpus else "none", "model kind": t.get("model"), "protocol": t.get("protocol"),
             "input length": t.get("input_len"), "output length": t.get("output_len"),
-            "load levels": ", ".join(_levels(doc))}
+            "length spread": f"{t.get('input_len_std', 0)}/{t.get('output_len_std', 0)}",
+            "dataset prompts": t.get("dataset_prompts", 0), "load levels": ", ".join(_levels(doc))}
 
 
 def mismatches(docs: list[dict[str, Any]]) -> list[str]:

@@ -37,7 +37,10 @@ class LoadSpec:
     protocol: str = "grpc"
     input_len: int = 128
     output_len: int = 128
+    input_len_std: float = 0.0  # > 0: lengths drawn per request from a normal distribution (rounded, >= 1)
+    output_len_std: float = 0.0
     vocab: tuple[int, int] = (100, 30000)  # random prompt ids are drawn from [lo, hi)
+    prompts: tuple[str, ...] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
     seed: int = 0
     timeout_s: float = 600.0
 
@@ -67,26 +70,36 @@ class Run:
     load: dict[str, Any]
 
 
-def prompt_ids(spec: LoadSpec, rng: np.random.Generator) -> np.ndarray:
-    """A synthetic prompt of exactly `input_len` token ids."""
-    return rng.integers(spec.vocab[0], spec.vocab[1], size=spec.input_len, dtype=np.int32)
+def draw_len(mean: int, std: float, rng: np.random.Generator) -> int:
+    """`mean` when std is 0, else a normal draw rounded and kept >= 1."""
+    return mean if std <= 0 else max(1, int(round(rng.normal(mean, std))))
 
 
-def prompt_text(spec: LoadSpec, rng: np.random.Generator) -> str:
-    """A synthetic text prompt of `input_len` short words (the ensemble tokenizes it server-side)."""
-    return " ".join(f"w{int(i)}" for i in prompt_ids(spec, rng))
+def prompt_ids(spec: LoadSpec, rng: np.random.Generator, length: int | None = None) -> np.ndarray:
+    """A synthetic prompt of exactly `length` (default `input_len`) token ids."""
+    n = spec.input_len if length is None else length
+    return rng.integers(spec.vocab[0], spec.vocab[1], size=n, dtype=np.int32)
+
+
+def prompt_text(spec: LoadSpec, rng: np.random.Generator, length: int | None = None) -> str:
+    """A dataset prompt when the spec has some, else `length` short words (tokenized server-side)."""
+    if spec.prompts:
+        return spec.prompts[int(rng.integers(len(spec.prompts)))]
+    return " ".join(f"w{int(i)}" for i in prompt_ids(spec, rng, length))
 
 
 def _tensors(spec: LoadSpec, rng: np.random.Generator) -> dict[str, tuple[str, np.ndarray]]:
     """Request tensors, batch of one, as the tensor table types them."""
+    isl = draw_len(spec.input_len, spec.input_len_std, rng)
+    osl = draw_len(spec.output_len, spec.output_len_std, rng)
     if spec.model == ENGINE:
-        ids = prompt_ids(spec, rng)
+        ids = prompt_ids(spec, rng, isl)
         return {"input_ids": ("INT32", ids[None, :]), "input_lengths": ("INT32", np.array([[ids.size]], np.int32)),
-                "request_output_len": ("INT32", np.array([[spec.output_len]], np.int32)),
+                "request_output_len": ("INT32", np.array([[osl]], np.int32)),
                 "streaming": ("BOOL", np.array([[True]]))}
-    text = prompt_text(spec, rng).encode()
+    text = prompt_text(spec, rng, isl).encode()
     return {"text_input": ("BYTES", np.array([[text]], dtype=object)),
-            "max_tokens": ("INT32", np.array([[spec.output_len]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
+            "max_tokens": ("INT32", np.array([[osl]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
 
 
 def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
