@@ -34,13 +34,28 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
     """Run the load against `spec.url` and return the report document; write it to `out` if given.
     `label` and `variant` ({'model', 'name', 'artifact'}) are recorded for `lpx compare`; `roof`
     ({'gpu', 'checkpoint', 'format', 'kv_dtype'}) adds the decode roofline (see roofline_inputs)."""
+    from ..progress import Reporter
+
+    bar = Reporter()
     results = []
+
+    def progressed(label: str, total: int | None, run):
+        with bar.task(label, total) as advance:
+            spec.on_done = lambda _rec: advance()
+            try:
+                return run()
+            finally:
+                spec.on_done = None
+
     if rate is not None:
         n = requests or max(1, int(rate * (duration_s or 60)))
-        results.append(summarize(run_open(spec, rate, n, burstiness, warmup), slo))
+        results.append(summarize(progressed(f"rate {rate:g}/s", n + warmup,
+                                            lambda: run_open(spec, rate, n, burstiness, warmup)), slo))
     else:
         for c in concurrency or [1]:
-            results.append(summarize(run_closed(spec, c, None if duration_s else requests, duration_s, warmup), slo))
+            total = None if duration_s else requests + warmup
+            results.append(summarize(progressed(f"concurrency {c}", total, lambda c=c: run_closed(
+                spec, c, None if duration_s else requests, duration_s, warmup)), slo))
             if echo:
                 r = results[-1]
                 echo(f"c={c}: {r['succeeded']} ok, {r['failed']} failed, "

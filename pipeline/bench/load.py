@@ -41,6 +41,7 @@ class LoadSpec:
     output_len_std: float = 0.0
     vocab: tuple[int, int] = (100, 30000)  # random prompt ids are drawn from [lo, hi)
     prompts: tuple[str, ...] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
+    on_done: Callable[[Record], None] | None = field(default=None, repr=False, compare=False)  # progress hook
     seed: int = 0
     timeout_s: float = 600.0
 
@@ -185,6 +186,7 @@ class HttpSender:
     def __init__(self, spec: LoadSpec):
         import aiohttp
 
+        self.spec = spec
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.timeout_s), trust_env=False,
                                              connector=aiohttp.TCPConnector(limit=0))
         base = spec.url if spec.url.startswith(("http://", "https://")) else f"http://{spec.url}"
@@ -240,6 +242,8 @@ async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float) -> Rec
     except Exception as e:  # noqa: BLE001 - every failure is recorded against its request
         rec.error = f"{type(e).__name__}: {e}"[:500]
     rec.end = time.perf_counter()
+    if sender.spec.on_done is not None:
+        sender.spec.on_done(rec)
     return rec
 
 
