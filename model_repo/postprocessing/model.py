@@ -16,18 +16,13 @@ rule, so the concatenated stream equals the one-shot text.
 Parameters: `tokenizer_dir` (relative to this model's folder), `skip_special_tokens`.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-
-def model_params(args: dict) -> tuple[Path, dict[str, str]]:
-    config = json.loads(args["model_config"])
-    params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-    return Path(args["model_repository"]), params
+from pipeline.model_args import model_params
 
 
 class AnchoredDecoder:

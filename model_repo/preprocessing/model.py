@@ -17,18 +17,13 @@ Parameters: `tokenizer_dir` (relative to this model's folder), `add_special_toke
 `max_input_len`, `max_tokens_cap` (0 or absent: no check).
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-
-def model_params(args: dict) -> tuple[Path, dict[str, str]]:
-    config = json.loads(args["model_config"])
-    params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-    return Path(args["model_repository"]), params
+from pipeline.model_args import eos_ids_in, model_params
 
 
 def optional(request, name: str):
@@ -55,13 +50,7 @@ def first_text(array) -> str:
 def end_ids(folder: Path, tokenizer) -> list[int]:
     """Every end-of-sequence id: generation_config.json's eos_token_id (an int or a list) first, then
     config.json's and the tokenizer's; duplicates removed, order kept."""
-    ids: list[int] = []
-    for name in ("generation_config.json", "config.json"):
-        try:
-            eos = json.loads((folder / name).read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, ValueError, AttributeError):
-            continue
-        ids += [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
+    ids = eos_ids_in(folder, "generation_config.json") + eos_ids_in(folder, "config.json")
     if tokenizer.eos_token_id is not None:
         ids.append(int(tokenizer.eos_token_id))
     return list(dict.fromkeys(i for i in ids if i >= 0))

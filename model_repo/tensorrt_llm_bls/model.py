@@ -12,11 +12,12 @@ An error from any step is answered as this request's error, with that step's mes
 Parameters: tensorrt_llm_model_name, seed_input_name (`random_seed` for v0.16 engines).
 """
 
-import json
 import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from pipeline.model_args import model_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # request tensor -> preprocessing input
@@ -35,11 +36,6 @@ class StepError(Exception):
     """A step answered with an error: its message goes back to the client unchanged."""
 
 
-def model_params(args: dict) -> dict[str, str]:
-    config = json.loads(args["model_config"])
-    return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-
-
 def checked(response, step: str):
     if response.has_error():
         raise StepError(response.error().message())
@@ -53,7 +49,7 @@ def cancelled(sender) -> bool:
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        params = model_params(args)
+        _, params = model_params(args)
         self.engine = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
         self.sampling = {**SAMPLING, "seed": params.get("seed_input_name") or "seed"}
 

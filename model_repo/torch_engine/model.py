@@ -19,7 +19,6 @@ Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), 
 exclude_input_in_output (default for the request input of that name).
 """
 
-import json
 import threading
 from pathlib import Path
 
@@ -28,15 +27,10 @@ import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
 from pipeline.engines.torch_engine import TorchEngine
+from pipeline.model_args import eos_ids_in, model_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
-
-
-def model_params(args: dict) -> tuple[Path, dict[str, str]]:
-    config = json.loads(args["model_config"])
-    params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-    return Path(args["model_repository"]), params
 
 
 def scalar(request, name: str, default, kind=int):
@@ -61,15 +55,7 @@ def words(request, name: str) -> list[list[int]]:
 
 def eos_ids(engine_dir: Path) -> list[int]:
     """generation_config.json's eos_token_id (an int or a list), else config.json's."""
-    for name in ("generation_config.json", "config.json"):
-        try:
-            eos = json.loads((engine_dir / name).read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, ValueError, AttributeError):
-            continue
-        ids = [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
-        if ids:
-            return ids
-    return []
+    return eos_ids_in(engine_dir, "generation_config.json") or eos_ids_in(engine_dir, "config.json")
 
 
 def cancelled(sender) -> bool:

@@ -1,0 +1,23 @@
+"""Helpers for LPX's Triton python models (model_repo/): they run in Triton's stub, which imports LPX
+from the same environment. Keep this module free of heavy imports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def model_params(args: dict) -> tuple[Path, dict[str, str]]:
+    """(the model's folder, its config.pbtxt `parameters` as strings) from initialize()'s args."""
+    config = json.loads(args["model_config"])
+    params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+    return Path(args["model_repository"]), params
+
+
+def eos_ids_in(folder: Path, name: str) -> list[int]:
+    """The eos_token_id of one JSON file in `folder` (an int or a list), as a list; [] if absent or unreadable."""
+    try:
+        eos = json.loads((Path(folder) / name).read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
