@@ -3,14 +3,12 @@ layout, and streaming detokenization that never breaks a character or a space (n
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
+from helpers_models import load_model_module
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
@@ -177,15 +175,6 @@ def test_non_torch_target_and_bad_engine_are_clear_errors(tmp_path: Path, engine
 
 
 # -- streaming detokenization, with the models' own functions ---------------------------------------
-def load_model_module(name: str) -> types.ModuleType:
-    """Import model_repo/<name>/model.py with a stand-in for Triton's triton_python_backend_utils."""
-    sys.modules.setdefault("triton_python_backend_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1))
-    spec = importlib.util.spec_from_file_location(f"lpx_test_{name}", ROOT / "model_repo" / name / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def metaspace_tokenizer():
     """A SentencePiece-style tokenizer (Metaspace + byte fallback): decoding a delta alone drops its space."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

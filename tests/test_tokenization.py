@@ -3,24 +3,15 @@ functions (no server needed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_models import load_model_module
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_model_module(name: str) -> types.ModuleType:
-    sys.modules.setdefault("triton_python_backend_utils", types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1))
-    spec = importlib.util.spec_from_file_location(f"lpx_tok_test_{name}", ROOT / "model_repo" / name / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
