@@ -86,16 +86,13 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
     runner.raise_gate_failures()
     if until != "serve":
         return outcomes
-    from .selection import detect_gpu, select
+    from .selection import choose
     from .serving import serve_and_check, serve_forever_repo
 
-    pairs = {o.variant: [(o.artifacts[f"build:{k[5:]}"], a) for k, a in o.artifacts.items() if k.startswith("repo:")]
-             for o in outcomes}
-    pairs = {v: p for v, p in pairs.items() if p}
-    if not pairs:
+    # refuses an engine of another arch or TensorRT-LLM version before Triton starts
+    chosen = {o.variant: pick[1] for o in outcomes if (pick := choose(o)) is not None}
+    if not chosen:
         raise PipelineError("Nothing to serve: no variant has a model repository - see the messages above")
-    gpu = None if all(e.manifest["arch"] == "any" for p in pairs.values() for e, _ in p) else detect_gpu()
-    chosen = {v: select(p, gpu)[1] for v, p in pairs.items()}  # refuses a mismatch before Triton starts
     if smoke:
         for variant, repo in chosen.items():
             serve_and_check(cfg, variant, repo, report, stdout_console())

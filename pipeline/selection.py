@@ -61,3 +61,12 @@ def select(candidates: list[tuple[Artifact, Artifact]], gpu: Gpu | None, install
     raise PipelineError(f"The {gpu.sm} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
                         f"has TensorRT-LLM {installed}; engines only load in the version that built them - "
                         "rebuild with 'lpx build --force' here, or serve from a container with the same version")
+
+
+def choose(outcome) -> tuple[Artifact, Artifact] | None:
+    """The (engine, repository) of a runner outcome to serve on this machine; None if it has no repository."""
+    pairs = [(outcome.artifacts[f"build:{k[5:]}"], a) for k, a in outcome.artifacts.items() if k.startswith("repo:")]
+    if not pairs:
+        return None
+    gpu = None if all(e.manifest["arch"] == "any" for e, _ in pairs) else detect_gpu()
+    return select(pairs, gpu)

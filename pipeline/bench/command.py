@@ -112,7 +112,7 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
     from ..cli import _config
     from ..progress import Reporter
     from ..runner import Runner
-    from ..selection import detect_gpu, select
+    from ..selection import choose
     from ..serving import _server
 
     report = Reporter()
@@ -124,9 +124,10 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
     runner = Runner(cfg, report)
     outcome = runner.run(variants, "repo")[0]
     runner.raise_gate_failures()
-    pairs = [(outcome.artifacts[f"build:{k[5:]}"], a) for k, a in outcome.artifacts.items() if k.startswith("repo:")]
-    gpu = None if all(e.manifest["arch"] == "any" for e, _ in pairs) else detect_gpu()
-    engine, repo = select(pairs, gpu)
+    picked = choose(outcome)
+    if picked is None:
+        raise PipelineError(f"variant '{variants[0].name}' has no model repository to serve - see the messages above")
+    engine, repo = picked
     with _server(cfg, variants[0].name, repo) as server:
         report.stage("serve", variants[0].name, f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}")
         yield (server.grpc_url if protocol == "grpc" else server.http_url,
