@@ -51,8 +51,11 @@ def write_model(dest: Path, shape: str) -> Path:
 
 
 def peak_reset():
+    import gc
+
     import torch
 
+    gc.collect()  # ModelOpt's quantized modules sit in reference cycles: free the last run's model first
     if torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -68,6 +71,11 @@ def peak_gib() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30
 
 
+def above_start(peak: float | None, mem: dict) -> float | None:
+    """The peak minus what was allocated when the run started: the run's own memory."""
+    return None if peak is None or "start" not in mem else peak - mem["start"]["allocated"]
+
+
 def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path) -> dict:
     """The same work with ModelOpt and transformers called directly."""
     import modelopt.torch.opt as mto
@@ -78,15 +86,19 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path) -> dict:
 
     from pipeline.config import Quantization
     from pipeline.recipes import recipe
+    from pipeline.stages.quantize import gpu_memory
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     quant_cfg = recipe(Quantization(format=fmt, kv_cache=kv))
     tok = AutoTokenizer.from_pretrained(ckpt)
-    t = {}
+    t: dict = {}
+    mem: dict = {}
     peak_reset()
+    gpu_memory("start", mem)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).to(dev).eval()
     t["load_s"] = time.perf_counter() - t0
+    gpu_memory("load", mem)
     batches = [tok(cal[i:i + 4], return_tensors="pt", padding=True, truncation=True, max_length=256)
                for i in range(0, len(cal), 4)]
     with contextlib.redirect_stdout(io.StringIO()):
@@ -99,19 +111,26 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path) -> dict:
             model = mtq.quantize(model, quant_cfg, loop)
             _sync()
             t["calibrate_s"] = time.perf_counter() - t0
+            gpu_memory("calibrate", mem)
         t0 = time.perf_counter()
         (out / "state").mkdir(parents=True)
         mto.save(model, out / "state" / "modelopt_state.pth")
         export_tensorrt_llm_checkpoint(model, "llama", torch.bfloat16, out / "trtllm", inference_tensor_parallel=1)
-        m2 = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.bfloat16).to(dev)
-        mto.restore(m2, out / "state" / "modelopt_state.pth")
-        if quant_cfg is None:
-            m2.save_pretrained(out / "hf")
-        elif kv != "int8":
-            export_hf_checkpoint(m2, torch.bfloat16, out / "hf")
+        gpu_memory("export_trtllm", mem)
+        m2 = None
+        if kv != "int8":  # ModelOpt's unified HF export has no INT8 KV cache (LPX skips it too)
+            m2 = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.bfloat16).to(dev)
+            mto.restore(m2, out / "state" / "modelopt_state.pth")
+            if quant_cfg is None:
+                m2.save_pretrained(out / "hf")
+            else:
+                export_hf_checkpoint(m2, torch.bfloat16, out / "hf")
         _sync()
         t["export_s"] = time.perf_counter() - t0
+        gpu_memory("export_hf", mem)
     t["peak_gib"] = peak_gib()
+    t["gpu_memory_gib"] = mem
+    t["peak_above_start_gib"] = above_start(t["peak_gib"], mem)
     del model, m2
     return t
 
@@ -127,6 +146,7 @@ def lpx_stage(ckpt: Path, fmt: str, kv: str, samples: int, home: Path) -> dict:
     from pipeline.config import parse_config
     from pipeline.progress import Reporter
     from pipeline.runner import Runner
+    from pipeline.stages.quantize import gpu_memory
 
     os.environ["LPX_HOME"] = str(home)
     cfg = parse_config({
@@ -139,13 +159,16 @@ def lpx_stage(ckpt: Path, fmt: str, kv: str, samples: int, home: Path) -> dict:
 
     runner = Runner(cfg, Reporter(Console(file=io.StringIO())))
     peak_reset()
+    start: dict = {}
+    gpu_memory("start", start)
     t0 = time.perf_counter()
     art = runner.quantize(cfg.variants[0])
     wall = time.perf_counter() - t0
     tm = art.manifest["results"]["timings"]
     export = sum(v for k, v in tm.items() if k.startswith(("export_", "save_state")))
     return {"load_s": tm.get("load_s"), "calibrate_s": tm.get("calibrate_s"), "export_s": export,
-            "stage_wall_s": wall, "peak_gib": peak_gib()}
+            "stage_wall_s": wall, "peak_gib": (peak := peak_gib()), "peak_above_start_gib": above_start(peak, start),
+            "gpu_memory_gib": {**start, **art.manifest["results"].get("gpu_memory_gib", {})}}
 
 
 def main() -> None:
@@ -189,11 +212,16 @@ def main() -> None:
         rows.append(row)
         pk = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
         print(f"{fmt:9} kv={kv:5} calibrate {b.get('calibrate_s', 0):7.2f}s bare / {s['calibrate_s'] or 0:7.2f}s lpx | "
-              f"export {b['export_s']:6.2f}s / {s['export_s']:6.2f}s | peak GiB {pk(b['peak_gib'])} / {pk(s['peak_gib'])} | "
+              f"export {b['export_s']:6.2f}s / {s['export_s']:6.2f}s | peak GiB above start "
+              f"{pk(b['peak_above_start_gib'])} / {pk(s['peak_above_start_gib'])} | "
               f"total {bare_total:6.2f}s / {s['stage_wall_s']:6.2f}s ({row['overhead_pct']:+.1f}%)", flush=True)
+        for who, m in (("bare", b["gpu_memory_gib"]), ("lpx", s["gpu_memory_gib"])):
+            if m:
+                print(f"    {who:4} GiB allocated/peak after " + ", ".join(
+                    f"{k} {v['allocated']:.2f}/{v['peak']:.2f}" for k, v in m.items()), flush=True)
         shutil.rmtree(work / f"bare-{fmt}", ignore_errors=True)
-    if args.out:
-        args.out.write_text(json.dumps({"device": device, "shape": args.shape, "rows": rows}, indent=2))
+        if args.out:  # after every format: a run cut short keeps what it measured
+            args.out.write_text(json.dumps({"device": device, "shape": args.shape, "rows": rows}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 
 

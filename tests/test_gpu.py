@@ -25,7 +25,11 @@ def test_quantize_and_eval_on_cuda(tiny_checkpoint, isolated_home):
     runner = Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))  # noqa: SIM115
     outcomes = {o.variant: o for o in runner.run(cfg.variants, "eval")}
     for name in ("fp8", "nvfp4"):
-        assert outcomes[name].artifacts["quantize"].manifest["results"]["device"] == "cuda"
+        quantized = outcomes[name].artifacts["quantize"].manifest["results"]
+        assert quantized["device"] == "cuda"
+        memory = quantized["gpu_memory_gib"]  # allocated / peak after each phase, for finding what set the peak
+        assert list(memory) == ["load", "calibrate", "export_trtllm", "export_hf"]
+        assert all(0 < m["peak"] and m["allocated"] <= m["peak"] for m in memory.values())
         ev = outcomes[name].artifacts["eval"].manifest["results"]
         assert "skipped" not in ev, ev  # NVFP4's fake-quant runs on CUDA
         assert 0 <= ev["kl_mean"] < 1 and ev["top1_agreement"] > 0.5

@@ -85,5 +85,5 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         if rf:
             level = f"c={r['load']['concurrency']}" if r["load"]["mode"] == "closed" else f"rate={r['load']['rate']:g}/s"
             lines.append(f"| {level} | {rf['batch']:g} | {rf['bytes_per_step'] / 1e9:.2f} | {rf['ceiling_itl_ms']:.2f} "
-                         f"| {rf['ceiling_tokens_per_s']:,.0f} | {r['itl_ms']['mean']:.2f} | {rf['mbu']:.0%} |")
+                         f"| {rf['ceiling_tokens_per_s']:,.0f} | {r['itl_ms']['mean']:.2f} | {rf['mbu']:.1%} |")
     return lines

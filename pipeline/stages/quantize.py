@@ -74,9 +74,11 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
     log = io.StringIO()
     tokenizer = load_tokenizer(cfg)
     tok_src = cfg.model.tokenizer or cfg.model.checkpoint
+    memory: dict[str, dict[str, float]] = {}
     t0 = time.perf_counter()
     model = load_model(cfg, info)
     timings["load_s"] = time.perf_counter() - t0
+    gpu_memory("load", memory)
 
     with contextlib.redirect_stdout(log), warnings.catch_warnings(record=True) as caught, torch.inference_mode(False):
         warnings.simplefilter("always")
@@ -95,10 +97,13 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
             t0 = time.perf_counter()
             model = mtq.quantize(model, quant_cfg, forward_loop)
             timings["calibrate_s"] = time.perf_counter() - t0
+            gpu_memory("calibrate", memory)
         timings.update(_save_and_export_trtllm(cfg, info, model, out, tok_src))
+        gpu_memory("export_trtllm", memory)
         del model  # both exports rewrite weights in place; free this copy before restoring a clean one
         _release_memory()
         timings.update(_export_hf(cfg, variant, info, out, tok_src))
+        gpu_memory("export_hf", memory)
     for w in caught:
         log.write(f"warning: {w.category.__name__}: {w.message}\n")
     (out / "quantize.log").write_text(log.getvalue(), encoding="utf-8")
@@ -110,7 +115,20 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
         "exports": sorted(p.name for p in out.iterdir() if p.is_dir()),
         "notes": [v for k, v in timings.items() if k.endswith("_skipped")],
         "timings": {k: round(v, 3) for k, v in timings.items() if not k.endswith("_skipped")},
+        **({"gpu_memory_gib": memory} if memory else {}),
     }
+
+
+def gpu_memory(phase: str, into: dict) -> None:
+    """On CUDA, record after `phase` the GPU memory allocated now and the peak so far (GiB, by PyTorch's
+    allocator; the peak is cumulative since the caller last reset it, so the phase where it jumps is the one
+    that set it)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        into[phase] = {"allocated": round(torch.cuda.memory_allocated() / 2**30, 3),
+                       "peak": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
 
 
 def _release_memory() -> None:
