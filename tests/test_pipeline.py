@@ -34,7 +34,8 @@ def test_quantize_build_cached_then_changed(demo_config, isolated_home):
     assert first.returncode == 0, first.stderr
     assert "quantize  fp8" in first.stderr and "running" in first.stderr
 
-    ckpt_dir = next((isolated_home / "artifacts" / "checkpoints" / "tiny-llama" / "fp8" / "any").iterdir())
+    slot = isolated_home / "artifacts" / "checkpoints" / "tiny-llama" / "fp8" / "any"
+    (ckpt_dir,) = [d for d in slot.iterdir() if not d.name.startswith(".")]  # not the slot's .lock file
     manifest = json.loads((ckpt_dir / "manifest.json").read_text())
     assert manifest["complete"] and manifest["key"] == ckpt_dir.name
     assert manifest["versions"]["modelopt"] and manifest["results"]["calibration"]["samples"] == 16
