@@ -34,13 +34,19 @@ REQUEST_IN = [
     ("bad_words", S, (-1,), True), ("stop_words", S, (-1,), True),
     ("exclude_input_in_output", B, ONE, True), ("end_id", I32, ONE, True), ("pad_id", I32, ONE, True),
     ("top_k", I32, ONE, True), ("top_p", F32, ONE, True), ("temperature", F32, ONE, True),
-    ("seed", U64, ONE, True), ("stream", B, ONE, True),
+    ("seed", U64, ONE, True), ("stream", B, ONE, True), ("return_num_output_tokens", B, ONE, True),
 ]
+# The response tensors: num_output_tokens = the tokens this response carries (a streamed delta's count,
+# or the whole output's), so a client counts tokens without re-tokenizing text (upstream: output_ids.size
+# of the response; LPX's engines always send it, whether or not return_num_output_tokens asked).
+REQUEST_OUT = [("text_output", S, (-1,)), ("num_output_tokens", I32, ONE)]
+# Tensors a v0.16 `tensorrt_llm` model lacks: the ensemble over such an engine leaves them out.
+TOKEN_COUNT_TENSORS = frozenset({"return_num_output_tokens", "num_output_tokens"})
 TENSORS: list[Spec] = [
     *_specs("ensemble", "in", REQUEST_IN),
-    *_specs("ensemble", "out", [("text_output", S, (-1,))]),
+    *_specs("ensemble", "out", REQUEST_OUT),
     *_specs("tensorrt_llm_bls", "in", REQUEST_IN),
-    *_specs("tensorrt_llm_bls", "out", [("text_output", S, (-1,))]),
+    *_specs("tensorrt_llm_bls", "out", REQUEST_OUT),
     *_specs("preprocessing", "in", [
         ("QUERY", S, ONE), ("REQUEST_OUTPUT_LEN", I32, ONE),
         ("BAD_WORDS_DICT", S, (-1,), True), ("STOP_WORDS_DICT", S, (-1,), True),
@@ -59,8 +65,10 @@ TENSORS: list[Spec] = [
         ("temperature", F32, ONE, True, ()), ("runtime_top_k", I32, ONE, True, ()),
         ("runtime_top_p", F32, ONE, True, ()), ("seed", U64, ONE, True, ()),
         ("exclude_input_in_output", B, ONE, True, ()), ("streaming", B, ONE, True, ()),
+        ("return_num_output_tokens", B, ONE, True, ()),
     ]),
-    *_specs("tensorrt_llm", "out", [("output_ids", I32, (-1, -1)), ("sequence_length", I32, (-1,))]),
+    *_specs("tensorrt_llm", "out", [("output_ids", I32, (-1, -1)), ("sequence_length", I32, (-1,)),
+                                    ("num_output_tokens", I32, ONE)]),
     *_specs("postprocessing", "in", [("TOKENS_BATCH", I32, (-1, -1)), ("SEQUENCE_LENGTH", I32, (-1,))]),
     *_specs("postprocessing", "out", [("OUTPUT", S, (-1,))]),
 ]

@@ -128,6 +128,22 @@ def test_ensemble_wiring_against_engine_model(built) -> None:
         produced.update({tensor: outputs[name] for name, tensor in step.output_map.items()})
 
 
+def test_token_counts_only_where_the_engine_has_them(built) -> None:
+    """num_output_tokens comes from tensorrt_llm in the ensemble: a v0.16 engine has none, so its ensemble
+    offers neither the output nor return_num_output_tokens; the BLS model counts output_ids itself."""
+    version, dest, _, _ = built
+    engine_has = any(t["name"] == "num_output_tokens" for t in upstream(version)["outputs"])
+    assert engine_has == (version == "1.2")
+    ens = parsed(dest, "ensemble")
+    assert ("num_output_tokens" in {t.name for t in ens.output}) == engine_has
+    assert ("return_num_output_tokens" in {t.name for t in ens.input}) == engine_has
+    ens_theirs = {t["name"] for t in upstream(version, "ensemble")["outputs"]}
+    assert {t.name for t in ens.output} <= ens_theirs
+    bls = parsed(dest, "tensorrt_llm_bls")
+    assert bls.parameters["engine_counts_tokens"].string_value == str(engine_has).lower()
+    assert "num_output_tokens" in {t.name for t in bls.output}
+
+
 # -- cross-checks against the engine's config.json ------------------------------------------------
 def test_max_batch_size_above_engine(tmp_path, tokenizer_dir) -> None:
     engine = build_engine(tmp_path, "latest", max_batch_size=4)

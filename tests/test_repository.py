@@ -107,14 +107,16 @@ def test_bls_model_matches_upstream(repo, cfg) -> None:
     assert conf.backend == "python" and conf.model_transaction_policy.decoupled
     assert conf.max_batch_size == cfg.build.max_batch_size
     assert [g.kind for g in conf.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
-    assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {"seed_input_name"}
+    assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {"seed_input_name",
+                                                                                  "engine_counts_tokens"}
+    assert conf.parameters["engine_counts_tokens"].string_value == "true"  # the torch engine sends the count
     assert conf.parameters["tensorrt_llm_model_name"].string_value == "tensorrt_llm"
     theirs = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in upstream["inputs"]}
     ours = {t.name: (mc.DataType.Name(t.data_type), list(t.dims), t.optional) for t in conf.input}
     assert {n: theirs[n] for n in ours} == ours, "same names, types, dims and optionality as upstream's BLS"
     assert set(ours) == set(tensors(parsed(repo[0], "ensemble"), "input")), "the ensemble's request tensors"
     out_theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["outputs"]}
-    assert tensors(conf, "output") == {"text_output": out_theirs["text_output"]}
+    assert tensors(conf, "output") == {n: out_theirs[n] for n in ("text_output", "num_output_tokens")}
 
 
 def test_ensemble_inputs_match_upstream(repo) -> None:
@@ -130,8 +132,9 @@ def test_ensemble_inputs_match_upstream(repo) -> None:
             "exclude_input_in_output"} <= set(ours)
     optional = {t.name for t in conf.input if t.optional}
     assert optional == set(ours) - required
+    assert "return_num_output_tokens" in ours
     out_theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["outputs"]}
-    assert tensors(conf, "output") == {"text_output": out_theirs["text_output"]}
+    assert tensors(conf, "output") == {n: out_theirs[n] for n in ("text_output", "num_output_tokens")}
 
 
 @pytest.mark.parametrize("model", ["tensorrt_llm", "preprocessing", "postprocessing"])

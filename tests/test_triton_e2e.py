@@ -84,16 +84,39 @@ def server(torch_engine_dir: Path, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def expected(torch_engine_dir: Path) -> dict[str, str]:  # noqa: F811
-    """transformers' greedy text for each prompt, on the same restored quantized model."""
+def reference_tokens(torch_engine_dir: Path) -> dict[str, list[int]]:  # noqa: F811
+    """transformers' greedy output ids for each prompt, on the same restored quantized model."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(torch_engine_dir)
-    out = {}
-    for prompt in PROMPTS:
-        tokens = reference_greedy(torch_engine_dir, tok(prompt)["input_ids"], MAX_TOKENS, tok.eos_token_id)
-        out[prompt] = tok.decode(tokens, skip_special_tokens=True)
-    return out
+    return {p: reference_greedy(torch_engine_dir, tok(p)["input_ids"], MAX_TOKENS, tok.eos_token_id) for p in PROMPTS}
+
+
+@pytest.fixture(scope="module")
+def expected(torch_engine_dir: Path, reference_tokens: dict[str, list[int]]) -> dict[str, str]:  # noqa: F811
+    """transformers' greedy text for each prompt."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(torch_engine_dir)
+    return {p: tok.decode(tokens, skip_special_tokens=True) for p, tokens in reference_tokens.items()}
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_bench_counts_the_servers_tokens_not_responses(server, reference_tokens, model: str, protocol: str) -> None:
+    """lpx bench asks text models for num_output_tokens: per request, the counts add up to the ids the
+    model generated (transformers' greedy reference), however the stream was cut into responses."""
+    from pipeline.bench.load import LoadSpec, run_closed
+
+    prompt = PROMPTS[1]
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    spec = LoadSpec(url=url, model=model, protocol=protocol, output_len=MAX_TOKENS, prompts=(prompt,), count_tokens=True)
+    run = run_closed(spec, concurrency=2, requests=4)
+    assert run.token_source == "num_output_tokens"
+    want = len(reference_tokens[prompt])
+    for rec in run.records:
+        assert rec.error is None, rec.error
+        assert sum(rec.tokens) == want, (rec.tokens, want)
 
 
 def test_greedy_stream_equals_transformers(server, expected: dict[str, str]) -> None:

@@ -8,8 +8,11 @@ Per request (each on its own thread, so requests progress together): preprocessi
 then tensorrt_llm with `exec(decoupled=True)`, then postprocessing on every token delta the engine
 streams. stream=true: one response per delta as it comes, then an empty FINAL response.
 stream=false: exactly one response, FINAL, with the whole text (HTTP `generate` needs exactly one).
+Every response with text also carries num_output_tokens: the tokens behind that text (the engine's own
+count when it sends one, else the length of its output_ids), summed over the deltas when stream=false.
 An error from any step is answered as this request's error, with that step's message.
-Parameters: tensorrt_llm_model_name, seed_input_name (`random_seed` for v0.16 engines).
+Parameters: tensorrt_llm_model_name, seed_input_name (`random_seed` for v0.16 engines),
+engine_counts_tokens (false for engines without a num_output_tokens output, such as v0.16's).
 """
 
 import threading
@@ -42,6 +45,10 @@ def checked(response, step: str):
     return response
 
 
+def count_tensor(n: int):
+    return pb_utils.Tensor("num_output_tokens", np.array([[n]], dtype=np.int32))
+
+
 def cancelled(sender) -> bool:
     check = getattr(sender, "is_cancelled", None)
     return bool(check and check())
@@ -52,6 +59,9 @@ class TritonPythonModel:
         _, params = model_params(args)
         self.engine = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
         self.sampling = {**SAMPLING, "seed": params.get("seed_input_name") or "seed"}
+        self.outputs = ["output_ids", "sequence_length"]
+        if params.get("engine_counts_tokens", "true").lower() in ("true", "1", "yes"):
+            self.outputs.append("num_output_tokens")
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -80,8 +90,9 @@ class TritonPythonModel:
         stream = given["stream"] is not None and bool(given["stream"].as_numpy().reshape(-1)[0])
         responses = pb_utils.InferenceRequest(
             model_name=self.engine, inputs=inputs,
-            requested_output_names=["output_ids", "sequence_length"]).exec(decoupled=True)
+            requested_output_names=self.outputs).exec(decoupled=True)
         texts: list[np.ndarray] = []
+        total = 0
         for response in responses:
             checked(response, self.engine)
             if cancelled(sender):
@@ -92,16 +103,21 @@ class TritonPythonModel:
             if ids is None or lengths is None:  # an empty (flags-only) final response
                 continue
             text = self._detokenize(ids.as_numpy(), lengths.as_numpy())
+            counted = pb_utils.get_output_tensor_by_name(response, "num_output_tokens")
+            n = int(counted.as_numpy().reshape(-1)[0]) if counted is not None else int(lengths.as_numpy().reshape(-1)[0])
             if stream:
-                sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text),
+                                                                       count_tensor(n)]))
             else:
                 texts.append(text)
+                total += n
         if stream:
             sender.send(flags=FINAL)
             return
         whole = np.array([[b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]]
                          if texts else [[b""]], dtype=np.object_)
-        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", whole)]), flags=FINAL)
+        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", whole),
+                                                               count_tensor(total)]), flags=FINAL)
 
     def _detokenize(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         post = checked(pb_utils.InferenceRequest(

@@ -1,88 +1,27 @@
 import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
-"""LPX's torch reference engine, served under the name `tensorrt_llm` (decoupled).
+"""LPX's torch reference engine, served under the name `tensorrt_llm` (decoupled): the torch target.
 
-Same request/response tensors as upstream's TensorRT-LLM model for what it supports: input_ids,
-input_lengths, request_output_len, end_id, pad_id, streaming, temperature, runtime_top_k,
-runtime_top_p, seed, exclude_input_in_output, stop_words_list, bad_words_list (empty only) ->
-output_ids [beams, tokens], sequence_length [beams]. Sampling follows TensorRT-LLM: greedy when
-temperature is 0, top_k is 1, or neither top_k nor top_p is set.
-
-Each request runs on its own thread over `TorchEngine` (in-flight batching), so execute() returns
-at once and requests progress together. Streaming sends token deltas cut at character boundaries:
-tokens whose text ends in an incomplete UTF-8 sequence are held until the character completes,
-so a stateless postprocessing can decode every delta on its own. The FINAL flag rides on the
-response that carries the last tokens (a separate empty final response can lose the last chunk
-in an ensemble, DESIGN.md).
+The tensors, sampling rules and streaming behaviour are pipeline/engine_model.py's (shared with the
+llmapi target's model); the engine is `TorchEngine` (transformers' continuous batching over the
+restored ModelOpt model).
 Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), max_tokens_cap,
 exclude_input_in_output (default for the request input of that name).
 """
 
-import threading
 from pathlib import Path
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
+from pipeline.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
 from pipeline.engines.torch_engine import TorchEngine
-from pipeline.model_args import eos_ids_in, model_params
-
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
+from pipeline.model_args import model_params
 
 
-def scalar(request, name: str, default, kind=int):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return default if tensor is None else kind(tensor.as_numpy().reshape(-1)[0])
+class TritonPythonModel(GenerationModel):
+    label = "tensorrt_llm (torch)"
 
-
-def words(request, name: str) -> list[list[int]]:
-    """[2, n] TensorRT-LLM word list (ids row, end-offsets row, -1 padded) -> list of id sequences."""
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return []
-    arr = tensor.as_numpy().reshape(2, -1)
-    out, start = [], 0
-    for end in arr[1]:
-        if end < 0:
-            break
-        out.append([int(t) for t in arr[0][start:end]])
-        start = int(end)
-    return [w for w in out if w]
-
-
-def eos_ids(engine_dir: Path) -> list[int]:
-    """generation_config.json's eos_token_id (an int or a list), else config.json's."""
-    return eos_ids_in(engine_dir, "generation_config.json") or eos_ids_in(engine_dir, "config.json")
-
-
-def cancelled(sender) -> bool:
-    """True once the client has cancelled the request (Triton >= 2.40 tells the python backend)."""
-    check = getattr(sender, "is_cancelled", None)
-    return bool(check and check())
-
-
-def ready(tokenizer, pending: list[int], final: bool) -> bool:
-    """Send `pending` now? Always with the last tokens; before that, only once its text ends on a
-    whole character (no trailing U+FFFD from a partial UTF-8 sequence), or MAX_HOLD tokens wait."""
-    if final:
-        return True
-    if not pending:
-        return False
-    return len(pending) >= MAX_HOLD or not tokenizer.decode(pending, skip_special_tokens=False).endswith("\ufffd")
-
-
-def stop_at(tokens: list[int], first_new: int, stops: list[list[int]]) -> int | None:
-    """Length of `tokens` up to the end of the first stop sequence that ends at or after `first_new`."""
-    for end in range(first_new + 1, len(tokens) + 1):
-        if any(end >= len(w) and tokens[end - len(w):end] == w for w in stops):
-            return end
-    return None
-
-
-class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         folder, params = model_params(args)
 
@@ -95,114 +34,3 @@ class TritonPythonModel:
         self.cap = int(params.get("max_tokens_cap") or 0)
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))
         self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")
-
-    def execute(self, requests: list) -> None:
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                job = self._parse(request)
-            except Exception as exc:
-                self._fail(sender, exc)
-                continue
-            threading.Thread(target=self._run, args=(job, sender), daemon=True).start()
-        return None
-
-    def _parse(self, request) -> dict:
-        ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1)
-        length = scalar(request, "input_lengths", len(ids))
-        max_tokens = scalar(request, "request_output_len", 0)
-        if self.cap and max_tokens > self.cap:
-            raise ValueError(f"max_tokens {max_tokens} is above this server's cap {self.cap} - ask for fewer "
-                             "tokens or raise serving.max_tokens_cap")
-        if words(request, "bad_words_list"):
-            raise ValueError("bad_words is not supported by LPX's torch reference engine - leave it empty")
-        end_id = scalar(request, "end_id", -1)
-        # the request's end_id, then every end-of-sequence id of generation_config.json (may be a list)
-        ends = list(dict.fromkeys(([end_id] if end_id >= 0 else []) + self.eos_ids))
-        return {
-            "input_ids": [int(t) for t in ids[:length]],
-            "max_new_tokens": max_tokens,
-            "end_ids": ends or None,
-            "temperature": scalar(request, "temperature", 1.0, float),
-            "top_k": scalar(request, "runtime_top_k", 0),
-            "top_p": scalar(request, "runtime_top_p", 0.0, float),
-            "seed": scalar(request, "seed", None),
-            "streaming": scalar(request, "streaming", False, bool),
-            "exclude_input": scalar(request, "exclude_input_in_output", self.exclude_input, bool),
-            "stops": words(request, "stop_words_list"),
-        }
-
-    def _run(self, job: dict, sender) -> None:
-        try:
-            stream = self.engine.submit(
-                job["input_ids"], job["max_new_tokens"], end_ids=job["end_ids"], temperature=job["temperature"],
-                top_k=job["top_k"], top_p=job["top_p"], seed=job["seed"],
-            )
-        except Exception as exc:
-            self._fail(sender, exc)
-            return
-        try:
-            if job["streaming"]:
-                self._stream(stream, job, sender)
-            else:
-                tokens = self._collect(stream, job["stops"], sender)
-                if tokens is None:  # the client cancelled
-                    sender.send(flags=FINAL)
-                else:
-                    self._send(sender, (job["input_ids"] if not job["exclude_input"] else []) + tokens, final=True)
-        except Exception as exc:
-            stream.cancel()
-            self._fail(sender, exc)
-
-    def _collect(self, stream, stops: list[list[int]], sender) -> list[int] | None:
-        """All tokens of a non-streaming request, cut after a stop sequence; None if the client left."""
-        tokens: list[int] = []
-        for delta in stream:
-            if cancelled(sender):
-                stream.cancel()
-                return None
-            first_new, tokens = len(tokens), tokens + delta
-            end = stop_at(tokens, first_new, stops) if stops else None
-            if end is not None:
-                stream.cancel()
-                return tokens[:end]
-        return tokens
-
-    def _stream(self, stream, job: dict, sender) -> None:
-        sent, tokens = 0, []
-        for delta in stream:
-            if cancelled(sender):
-                stream.cancel()
-                sender.send(flags=FINAL)
-                return
-            first_new, tokens = len(tokens), tokens + delta
-            final = stream.finished
-            end = stop_at(tokens, first_new, job["stops"]) if job["stops"] else None
-            if end is not None:
-                stream.cancel()
-                tokens, final = tokens[:end], True
-            pending = tokens[sent:]
-            if not ready(self.tokenizer, pending, final):
-                continue  # hold: the last character is not complete yet
-            self._send(sender, pending, final)
-            sent = len(tokens)
-            if final:
-                return
-        self._send(sender, tokens[sent:], final=True)  # the engine ended the stream (cancelled or closed)
-
-    @staticmethod
-    def _send(sender, tokens: list[int], final: bool) -> None:
-        out = [
-            pb_utils.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens))),
-            pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
-        ]
-        sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=FINAL if final else 0)
-
-    @staticmethod
-    def _fail(sender, exc: Exception) -> None:
-        message = getattr(exc, "message", None) or str(exc)
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm (torch): {message}")),
-                    flags=FINAL)
-
-    def finalize(self) -> None:
-        self.engine.close()

@@ -12,7 +12,7 @@ import click
 from ..errors import PipelineError
 from . import report, roofline
 from .compare import _artifacts, parse_variant
-from .load import LoadSpec, run_closed, run_open
+from .load import COUNT_INPUT, ENGINE, LoadSpec, model_inputs, run_closed, run_open
 from .metrics import parse_slo, summarize
 
 
@@ -38,6 +38,8 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
 
     bar = Reporter()
     results = []
+    if spec.model != ENGINE and not spec.count_tokens:  # count tokens, not responses, where the model can
+        spec.count_tokens = COUNT_INPUT in (model_inputs(spec) or ())
 
     def progressed(label: str, total: int | None, run):
         with bar.task(label, total) as advance:

@@ -42,6 +42,7 @@ class LoadSpec:
     vocab: tuple[int, int] = (100, 30000)  # random prompt ids are drawn from [lo, hi)
     prompts: tuple[str, ...] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
     on_done: Callable[[Record], None] | None = field(default=None, repr=False, compare=False)  # progress hook
+    count_tokens: bool = False  # text models: ask for num_output_tokens (set when the model declares it)
     seed: int = 0
     timeout_s: float = 600.0
 
@@ -67,7 +68,7 @@ class Run:
     records: list[Record]
     wall_s: float
     cpu_s: float
-    token_source: str  # "output_ids" | "responses" (text only: one response counted as one token)
+    token_source: str  # "output_ids" | "num_output_tokens" | "responses" (text, no count: one per response)
     load: dict[str, Any]
 
 
@@ -99,8 +100,31 @@ def _tensors(spec: LoadSpec, rng: np.random.Generator) -> dict[str, tuple[str, n
                 "request_output_len": ("INT32", np.array([[osl]], np.int32)),
                 "streaming": ("BOOL", np.array([[True]]))}
     text = prompt_text(spec, rng, isl).encode()
-    return {"text_input": ("BYTES", np.array([[text]], dtype=object)),
-            "max_tokens": ("INT32", np.array([[osl]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
+    tensors = {"text_input": ("BYTES", np.array([[text]], dtype=object)),
+               "max_tokens": ("INT32", np.array([[osl]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
+    if spec.count_tokens:
+        tensors["return_num_output_tokens"] = ("BOOL", np.array([[True]]))
+    return tensors
+
+
+COUNT_INPUT = "return_num_output_tokens"
+
+
+def model_inputs(spec: LoadSpec) -> set[str] | None:
+    """The input names `spec.model` declares (Triton's model metadata), or None if the server cannot say."""
+    try:
+        if spec.protocol == "grpc":
+            import tritonclient.grpc as client
+
+            meta = client.InferenceServerClient(spec.url).get_model_metadata(spec.model, as_json=True)
+        else:
+            import tritonclient.http as client
+
+            url = spec.url.split("://", 1)[-1]
+            meta = client.InferenceServerClient(url).get_model_metadata(spec.model)
+    except Exception:  # noqa: BLE001 - unreachable or unknown model: the load itself will report it
+        return None
+    return {t["name"] for t in meta.get("inputs", [])}
 
 
 def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -164,7 +188,11 @@ class GrpcSender:
 
 
 def _count_grpc(resp: Any) -> int:
-    """Output tokens in one response: the length of `output_ids`, else 1 for a non-empty text response."""
+    """Output tokens in one response: the server's num_output_tokens, else the length of `output_ids`,
+    else 1 for a non-empty text response."""
+    for i, out in enumerate(resp.outputs):
+        if out.name == "num_output_tokens" and len(resp.raw_output_contents[i]) >= 4:
+            return int.from_bytes(resp.raw_output_contents[i][:4], "little", signed=True)
     for i, out in enumerate(resp.outputs):
         if out.name == "output_ids":
             return len(resp.raw_output_contents[i]) // 4  # INT32 [beams=1, new tokens]
@@ -214,8 +242,11 @@ class HttpSender:
                 event = json.loads(line[5:])
                 if "error" in event:
                     raise RuntimeError(str(event["error"]))
-                ids = event.get("output_ids")
-                n = int(np.size(ids)) if ids is not None else int(bool(event.get("text_output")))
+                counted, ids = event.get("num_output_tokens"), event.get("output_ids")
+                if counted is not None:
+                    n = int(np.asarray(counted).reshape(-1)[0])
+                else:
+                    n = int(np.size(ids)) if ids is not None else int(bool(event.get("text_output")))
                 if n:
                     rec.times.append(t)
                     rec.tokens.append(n)
@@ -300,7 +331,7 @@ async def _open(spec: LoadSpec, rate: float, burstiness: float, requests: int, w
 def _measure(fn: Callable[[], Awaitable[tuple[list[Record], float]]], spec: LoadSpec, load: dict[str, Any]) -> Run:
     cpu0 = time.process_time()
     records, wall = asyncio.run(fn())
-    source = "output_ids" if spec.model == ENGINE else "responses"
+    source = "output_ids" if spec.model == ENGINE else "num_output_tokens" if spec.count_tokens else "responses"
     return Run(records, wall, time.process_time() - cpu0, source, load)
 
 

@@ -2,7 +2,7 @@
 continuous batching (in-flight batching over a paged KV cache). A reference for correctness,
 not a production engine.
 
-`TorchEngine.submit` returns a `RequestStream`: an iterator of token deltas (lists of new token
+`TorchEngine.submit` returns a `DeltaStream` (stream.py): an iterator of token deltas (lists of new token
 ids) whose `finished` attribute is true once the delta just returned is the last one, so a
 caller can put a FINAL flag on the last token's response rather than on a separate empty one.
 One dispatcher thread routes the manager's outputs to each request's queue; the manager's own
@@ -14,18 +14,16 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import queue
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import PipelineError
+from .stream import DONE, DeltaStream
 
 META_FILE = "lpx_engine.json"
 META_KEYS = ("target", "format", "dtype", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
              "tokens_per_block", "state_file")
-_DONE = object()  # queue sentinel: the request ended without a final output (cancelled, engine closed)
 
 
 def read_meta(engine_dir: Path) -> dict[str, Any]:
@@ -95,37 +93,7 @@ def _exact_top1(manager) -> None:
     raise PipelineError("transformers' continuous batching has no per-request top-k here - use transformers 5.14")
 
 
-@dataclass
-class RequestStream:
-    """Token deltas of one request. Iterate it; `finished` turns true with the last delta."""
-
-    request_id: str
-    _engine: TorchEngine
-    _queue: queue.Queue = field(default_factory=queue.Queue)
-    finished: bool = False
-    tokens: list[int] = field(default_factory=list)  # everything generated so far
-
-    def __iter__(self) -> RequestStream:
-        return self
-
-    def __next__(self) -> list[int]:
-        if self.finished:
-            raise StopIteration
-        item = self._queue.get()
-        if item is _DONE:
-            self.finished = True
-            raise StopIteration
-        if isinstance(item, Exception):
-            self.finished = True
-            raise item
-        generated, done = item
-        delta = generated[len(self.tokens):]
-        self.tokens = list(generated)
-        self.finished = done
-        return delta
-
-    def cancel(self) -> None:
-        self._engine.cancel(self.request_id)
+RequestStream = DeltaStream  # the name callers and tests know
 
 
 class TorchEngine:
@@ -156,7 +124,7 @@ class TorchEngine:
         )
         self._manager = self.model.init_continuous_batching(generation_config=gen_cfg, continuous_batching_config=cb_cfg)
         _exact_top1(self._manager)
-        self._streams: dict[str, RequestStream] = {}
+        self._streams: dict[str, DeltaStream] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._closed = threading.Event()
@@ -177,7 +145,7 @@ class TorchEngine:
     def submit(
         self, input_ids: list[int], max_new_tokens: int, end_ids: list[int] | None = None,
         temperature: float = 0.0, top_k: int = 1, top_p: float = 0.0, seed: int | None = None,
-    ) -> RequestStream:
+    ) -> DeltaStream:
         """Queue one request; returns its stream of token deltas. `seed` is accepted for interface
         parity but sampling uses the engine-wide generator (transformers has no per-request seed)."""
         if self._closed.is_set() or not self._manager.is_running():
@@ -194,7 +162,7 @@ class TorchEngine:
         bad = [t for t in input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise PipelineError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
-        stream = RequestStream(request_id=f"lpx-{next(self._ids)}", _engine=self)
+        stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
@@ -216,7 +184,7 @@ class TorchEngine:
             stream = self._streams.pop(request_id, None)
         if stream is not None:
             self._manager.cancel_request(request_id)
-            stream._queue.put(_DONE)
+            stream.queue.put(DONE)
 
     def _dispatch(self) -> None:
         while not self._closed.is_set():
@@ -234,15 +202,15 @@ class TorchEngine:
             if stream is None:
                 continue
             if out.error is not None:
-                stream._queue.put(RuntimeError(f"generation failed: {out.error}"))
+                stream.queue.put(RuntimeError(f"generation failed: {out.error}"))
             else:
-                stream._queue.put((list(out.generated_tokens), finished))
+                stream.queue.put((list(out.generated_tokens), finished))
 
     def _fail_all(self, error: Exception) -> None:
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
         for stream in streams:
-            stream._queue.put(error)
+            stream.queue.put(error)
 
     def close(self) -> None:
         """Stop generation; pending streams end with an error. Safe to call twice."""

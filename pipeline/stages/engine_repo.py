@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ..config import Config
 from ..errors import PipelineError
-from ..tensors import trtllm_specs
+from ..tensors import TRTLLM_IO, trtllm_specs
 
 # build.trtllm_version -> version key of tests/contracts/tensorrtllm_backend_models.json
 CONTRACT_VERSION = {"1.2": "latest", "0.16": "v0.16.0"}
@@ -78,6 +78,12 @@ def contract_version(cfg: Config) -> str:
     except KeyError:
         raise PipelineError(f"build.trtllm_version '{cfg.build.trtllm_version}' has no Triton backend contract - "
                             f"use one of {', '.join(CONTRACT_VERSION)}") from None
+
+
+def counts_tokens(cfg: Config) -> bool:
+    """Whether the targeted backend's tensorrt_llm model has return_num_output_tokens/num_output_tokens."""
+    version = contract_version(cfg)
+    return any(row[0] == "num_output_tokens" for row in TRTLLM_IO[version]["out"])
 
 
 def _bool(value: bool) -> str:

@@ -31,12 +31,13 @@ from ..checkpoint import TOKENIZER_FILES
 from ..config import Config
 from ..engines.torch_engine import read_meta
 from ..errors import PipelineError
-from ..tensors import TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
+from ..tensors import TENSORS, TOKEN_COUNT_TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
 from . import engine_repo
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing",
            "tensorrt_llm_bls": "tensorrt_llm_bls"}
+ENGINE_SOURCES = {"torch": "torch_engine"}  # the tensorrt_llm model's code, per target
 DECOUPLED = {"tensorrt_llm", "tensorrt_llm_bls"}  # stream one response per token delta; the ensemble inherits it
 # Knobs (module constants for now; to move into lpx.yaml's config later).
 APPLY_CHAT_TEMPLATE = False  # preprocessing wraps text_input as one user turn with the tokenizer's chat template
@@ -59,8 +60,8 @@ STEPS: list[tuple[str, dict[str, str], dict[str, str]]] = [
       "end_id": "_PREPROCESSOR_END_ID", "pad_id": "_PREPROCESSOR_PAD_ID", "stop_words_list": "_STOP_WORDS_IDS",
       "bad_words_list": "_BAD_WORDS_IDS", "runtime_top_k": "top_k", "runtime_top_p": "top_p",
       "temperature": "temperature", "seed": "seed", "streaming": "stream",
-      "exclude_input_in_output": "exclude_input_in_output"},
-     {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
+      "exclude_input_in_output": "exclude_input_in_output", "return_num_output_tokens": "return_num_output_tokens"},
+     {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH", "num_output_tokens": "num_output_tokens"}),
     ("postprocessing",
      {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
      {"OUTPUT": "text_output"}),
@@ -78,8 +79,9 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
                 "max_tokens_cap": str(cfg.serving.max_tokens_cap)}
     if model == "tensorrt_llm_bls":
         renames = engine_repo.STEP_RENAMES[engine_repo.contract_version(cfg)] if cfg.build.target == "engine" else {}
+        counts = engine_repo.counts_tokens(cfg) if cfg.build.target == "engine" else True
         return {"tensorrt_llm_model_name": "tensorrt_llm", "accumulate_tokens": "false",
-                "seed_input_name": renames.get("seed", "seed")}
+                "seed_input_name": renames.get("seed", "seed"), "engine_counts_tokens": str(counts).lower()}
     if model == "postprocessing":
         return {"tokenizer_dir": "1/tokenizer", "skip_special_tokens": "true"}
     if model == "tensorrt_llm":
@@ -96,22 +98,24 @@ def model_config(model: str, cfg: Config, engine_path: Path | None = None,
     if engine and model == "tensorrt_llm":
         return engine_repo.model_config(cfg, engine_path if engine_path is not None else Path("1/engine"))
     renames = engine_repo.STEP_RENAMES[engine_repo.contract_version(cfg)] if engine else {}
+    # a v0.16 engine has no num_output_tokens: the ensemble over it cannot offer it (the BLS model counts itself)
+    drop = TOKEN_COUNT_TENSORS if engine and model == "ensemble" and not engine_repo.counts_tokens(cfg) else set()
     conf = mc.ModelConfig(name=model, max_batch_size=cfg.build.max_batch_size)
-    for spec in specs(model, "in"):
+    for spec in (s for s in specs(model, "in") if s.name not in drop):
         tensor = conf.input.add(name=spec.name, data_type=mc.DataType.Value(spec.dtype), dims=spec.dims,
                                 optional=spec.optional, allow_ragged_batch=spec.ragged)
         if spec.reshape is not None:
             tensor.reshape.SetInParent()
             tensor.reshape.shape.extend(spec.reshape)
-    for spec in specs(model, "out"):
+    for spec in (s for s in specs(model, "out") if s.name not in drop):
         conf.output.add(name=spec.name, data_type=mc.DataType.Value(spec.dtype), dims=spec.dims)
     if model == "ensemble":
         conf.platform = "ensemble"
         for name, inputs, outputs in STEPS:
             step = conf.ensemble_scheduling.step.add(model_name=name, model_version=-1)
-            step.input_map.update({renames.get(k, k): v for k, v in inputs.items()} if name == "tensorrt_llm"
-                                  else inputs)
-            step.output_map.update(outputs)
+            step.input_map.update({renames.get(k, k): v for k, v in inputs.items()
+                                   if k not in drop} if name == "tensorrt_llm" else inputs)
+            step.output_map.update({k: v for k, v in outputs.items() if k not in drop})
         return conf
     conf.backend = "python"
     conf.model_transaction_policy.decoupled = model in DECOUPLED
@@ -172,7 +176,7 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
         (folder / "config.pbtxt").write_text(HEADER + text_format.MessageToString(conf), encoding="utf-8")
         files += 1
         if model in SOURCES and not (target == "engine" and model == "tensorrt_llm"):
-            code = src / SOURCES[model] / "model.py"
+            code = src / (ENGINE_SOURCES[target] if model == "tensorrt_llm" else SOURCES[model]) / "model.py"
             if not code.is_file():
                 raise PipelineError(f"LPX's Triton model {code} is missing - reinstall LPX")
             shutil.copy2(code, folder / "1" / "model.py")
