@@ -4,11 +4,28 @@ from the same environment. Keep this module free of heavy imports."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
+
+# Triton's python stub ignores PYTHONPATH: folders in this variable are put on sys.path by every LPX
+# model instead (e.g. a TensorRT-LLM installed outside the environment the stub runs in).
+PATH_VARIABLE = "LPX_TRITON_PYTHONPATH"
+
+
+def extend_sys_path() -> list[str]:
+    """Put the folders of $LPX_TRITON_PYTHONPATH first on sys.path (once each); returns them."""
+    added = [p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    for path in reversed(added):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    return added
 
 
 def model_params(args: dict) -> tuple[Path, dict[str, str]]:
-    """(the model's folder, its config.pbtxt `parameters` as strings) from initialize()'s args."""
+    """(the model's folder, its config.pbtxt `parameters` as strings) from initialize()'s args; also
+    applies $LPX_TRITON_PYTHONPATH."""
+    extend_sys_path()
     config = json.loads(args["model_config"])
     params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
     return Path(args["model_repository"]), params

@@ -172,8 +172,8 @@ def test_non_torch_target_and_bad_engine_are_clear_errors(tmp_path: Path, engine
     with pytest.raises(PipelineError, match="lpx build"):
         repo_stage.write_repository(tmp_path / "r1", tmp_path, cfg)
     other = cfg.model_copy(deep=True)
-    other.build.target = "llmapi"
-    with pytest.raises(PipelineError, match="build.target: torch"):
+    other.build.target = "llmapi"  # a torch engine folder is not an llmapi build folder
+    with pytest.raises(PipelineError, match=r"not an llmapi build folder .*build.target: llmapi"):
         repo_stage.write_repository(tmp_path / "r2", engine_dir, other)
 
 

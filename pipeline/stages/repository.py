@@ -6,6 +6,8 @@ placeholder can be left unfilled):
     preprocessing/   config.pbtxt, 1/model.py, 1/tokenizer/...
     tensorrt_llm/    config.pbtxt, 1/model.py (LPX's torch engine), 1/engine/... (hard links)
                      - engine target: backend `tensorrtllm` (no model.py), see engine_repo.py
+                     - llmapi target: 1/model.py is model_repo/llmapi (tensorrt_llm.LLM), 1/engine the
+                       llmapi build folder
     postprocessing/  config.pbtxt, 1/model.py, 1/tokenizer/...
     ensemble/        config.pbtxt, 1/
     tensorrt_llm_bls/ config.pbtxt, 1/model.py - LPX's BLS model: the ensemble's request tensors, calling
@@ -29,15 +31,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 from ..artifacts import link_tree
 from ..checkpoint import TOKENIZER_FILES
 from ..config import Config
+from ..engines.llmapi_engine import read_build
 from ..engines.torch_engine import read_meta
 from ..errors import PipelineError
 from ..tensors import TENSORS, TOKEN_COUNT_TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
 from . import engine_repo
+from .llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing",
            "tensorrt_llm_bls": "tensorrt_llm_bls"}
-ENGINE_SOURCES = {"torch": "torch_engine"}  # the tensorrt_llm model's code, per target
+ENGINE_SOURCES = {"torch": "torch_engine", "llmapi": "llmapi"}  # the tensorrt_llm model's code, per target
 DECOUPLED = {"tensorrt_llm", "tensorrt_llm_bls"}  # stream one response per token delta; the ensemble inherits it
 # Knobs (module constants for now; to move into lpx.yaml's config later).
 APPLY_CHAT_TEMPLATE = False  # preprocessing wraps text_input as one user turn with the tokenizer's chat template
@@ -84,6 +88,9 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
                 "seed_input_name": renames.get("seed", "seed"), "engine_counts_tokens": str(counts).lower()}
     if model == "postprocessing":
         return {"tokenizer_dir": "1/tokenizer", "skip_special_tokens": "true"}
+    if model == "tensorrt_llm" and cfg.build.target == "llmapi":
+        return {"llmapi_dir": "1/engine", "tokenizer_dir": f"1/engine/{LLMAPI_CHECKPOINT}",
+                "exclude_input_in_output": "true", "max_tokens_cap": str(cfg.serving.max_tokens_cap)}
     if model == "tensorrt_llm":
         return {"gpt_model_path": "1/engine", "gpt_model_type": "inflight_fused_batching",
                 "tokenizer_dir": "1/engine", "exclude_input_in_output": "true",
@@ -128,6 +135,19 @@ def model_config(model: str, cfg: Config, engine_path: Path | None = None,
     return conf
 
 
+def check_llmapi(options: dict, cfg: Config) -> None:
+    """Cross-checks of the Triton config against the llmapi build's LLM-API options."""
+    built = options.get("max_batch_size")
+    if built is not None and cfg.build.max_batch_size > int(built):
+        raise PipelineError(f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
+                            f"llmapi build's max_batch_size {built} - lower build.max_batch_size to {built} or "
+                            "rebuild with 'lpx build'")
+    seq, inp = options.get("max_seq_len"), options.get("max_input_len")
+    if seq is not None and inp is not None and int(inp) >= int(seq):
+        raise PipelineError(f"The llmapi build's max_input_len {inp} leaves no room for output in max_seq_len {seq} "
+                            "- rebuild with build.max_input_len below build.max_seq_len")
+
+
 def copy_tokenizer(engine_dir: Path, dest: Path, hint: str | None = None) -> int:
     names = [n for n in (*TOKENIZER_FILES, "config.json", "generation_config.json") if (engine_dir / n).is_file()]
     if not {"tokenizer.json", "tokenizer.model", "vocab.json"} & set(names):
@@ -161,9 +181,14 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
         if tokenizer_dir is None:
             raise PipelineError(f"The engine folder {engine_dir} has no tokenizer - pass the tokenizer folder "
                                 "(the quantize artifact's state/ folder)")
+    elif target == "llmapi":
+        meta, options = read_build(engine_dir)
+        check_llmapi(options, cfg)
+        fmt, max_input_len = meta.get("format"), options.get("max_input_len") or cfg.build.max_input_len
+        tokenizer_dir = tokenizer_dir if tokenizer_dir is not None else engine_dir / str(meta["model"])
     else:
-        raise PipelineError(f"build.target '{target}' has no Triton repository in this LPX release - "
-                            "set build.target: torch or engine")
+        raise PipelineError(f"build.target '{target}' has no Triton repository - "
+                            "set build.target: torch, engine or llmapi")
     tok_src = Path(tokenizer_dir) if tokenizer_dir is not None else engine_dir
     tok_hint = None if tokenizer_dir is None else f"No tokenizer files in {tok_src} - pass the folder that holds them"
     src = source_models()

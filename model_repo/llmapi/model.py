@@ -1,0 +1,39 @@
+import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+
+"""The llmapi target's `tensorrt_llm` model (decoupled): TensorRT-LLM's LLM API, PyTorch backend.
+
+Serves the llmapi build folder hard-linked into `1/engine` (model.yaml, llm_api_options.yaml and the
+ModelOpt unified HF checkpoint) with `tensorrt_llm.LLM` (pipeline/engines/llmapi_engine.py), behind
+the same tensors, sampling rules and streaming behaviour as the torch engine (pipeline/engine_model.py),
+so LPX's preprocessing, postprocessing, ensemble and BLS work unchanged. Needs TensorRT-LLM >= 1.2 in
+the serving environment (the TensorRT-LLM Triton container).
+Parameters: llmapi_dir and tokenizer_dir (relative to this model's folder), max_tokens_cap,
+exclude_input_in_output (default for the request input of that name).
+"""
+
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from pipeline.engine_model import GenerationModel, eos_ids
+from pipeline.engines.llmapi_engine import LlmApiEngine
+from pipeline.model_args import model_params
+
+
+class TritonPythonModel(GenerationModel):
+    label = "tensorrt_llm (llmapi)"
+
+    def initialize(self, args: dict) -> None:
+        folder, params = model_params(args)
+
+        def resolve(key: str, default: str) -> Path:
+            p = Path(params.get(key) or default)
+            return p if p.is_absolute() else folder / p
+
+        self.engine = LlmApiEngine(resolve("llmapi_dir", "1/engine"))
+        checkpoint = self.engine.folder / self.engine.meta["model"]
+        self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", str(checkpoint)))
+        self.cap = int(params.get("max_tokens_cap") or 0)
+        self.eos_ids = eos_ids(checkpoint)
+        self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")

@@ -1,0 +1,199 @@
+"""A STAND-IN for TensorRT-LLM's Python LLM API, for tests only: TensorRT-LLM cannot be installed on
+these machines (DESIGN.md). Put tests/standin_tensorrt_llm on PYTHONPATH and `import tensorrt_llm`
+finds this.
+
+It holds LPX's llmapi engine to the interface facts in tests/contracts/: every LLM(...) keyword must be
+an LLM constructor parameter or an LLM-API option (trtllm_llmapi_python.json, trtllm_llmapi_options.json),
+every SamplingParams field must exist, generate_async takes its documented keywords and must be called
+with an asyncio loop running in the calling thread (as the real one asserts), token-id prompts must be
+non-empty lists of Python ints, and skip_tokenizer_init requires an explicit end_id. It is not a
+TensorRT-LLM: behind the interface it runs transformers' model on the checkpoint folder one token at a
+time (greedy for top_k 1, seeded sampling otherwise), one request at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__version__ = "1.2.0-lpx-standin"
+__all__ = ["LLM", "SamplingParams"]
+
+CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
+_PY = json.loads((CONTRACTS / "trtllm_llmapi_python.json").read_text())
+_OPTIONS = json.loads((CONTRACTS / "trtllm_llmapi_options.json").read_text())
+INIT_PARAMS = {k for k in _PY["llm_init"]["params"] if not k.startswith("**")}
+OPTION_NAMES = {k for k in _OPTIONS["options"] if "." not in k}
+SAMPLING_FIELDS = set(_PY["sampling_params"]["fields"])
+GENERATE_PARAMS = set(_PY["generate_async"]["params_1_2_era"]) - {"inputs"}
+CALLS: list[tuple[str, dict]] = []  # what LPX called, for tests that run the stand-in in-process
+
+
+class SamplingParams:
+    """Keyword-only, contract-checked fields; unset fields read as None (the real defaults that matter
+    here: max_tokens 32, detokenize True, include_stop_str_in_output False)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - SAMPLING_FIELDS
+        if unknown:
+            raise TypeError(f"SamplingParams got unexpected keyword(s) {sorted(unknown)} (not in the contract)")
+        self.fields = {"max_tokens": 32, "detokenize": True, "include_stop_str_in_output": False, **kwargs}
+        top_k, top_p, temperature = kwargs.get("top_k"), kwargs.get("top_p"), kwargs.get("temperature")
+        if top_k is not None and top_k < 0 or top_p is not None and not 0 <= top_p <= 1 \
+                or temperature is not None and temperature < 0:
+            raise ValueError(f"invalid sampling values top_k={top_k} top_p={top_p} temperature={temperature}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in SAMPLING_FIELDS:
+            return self.__dict__["fields"].get(name)
+        raise AttributeError(name)
+
+
+@dataclass
+class CompletionOutput:
+    index: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str = ""
+
+
+class RequestOutput:
+    """The streamed result: async-iterate it; each step is this same object, updated in place."""
+
+    def __init__(self, prompt_token_ids: list[int]) -> None:
+        self.prompt_token_ids = prompt_token_ids
+        self.outputs = [CompletionOutput()]
+        self.finished = False
+        self._aborted = threading.Event()
+        self._queue: asyncio.Queue = asyncio.Queue()
+
+    def abort(self) -> None:
+        self._aborted.set()
+
+    def aborted(self) -> bool:
+        return self._aborted.is_set()
+
+    def __aiter__(self) -> RequestOutput:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            raise item
+        tokens, reason = item
+        self.outputs[0].token_ids = tokens
+        if reason is not None:
+            self.outputs[0].finish_reason = reason
+            self.finished = True
+        return self
+
+
+class LLM:
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        unknown = set(kwargs) - INIT_PARAMS - OPTION_NAMES
+        if unknown:
+            raise ValueError(f"LLM got invalid argument(s): {sorted(unknown)} (neither an LLM parameter nor an "
+                             "LLM-API option in the contract)")
+        if kwargs.get("tensor_parallel_size", 1) != 1 or kwargs.get("pipeline_parallel_size", 1) != 1:
+            raise RuntimeError("the stand-in runs on one device: tensor/pipeline parallel size must be 1")
+        CALLS.append(("LLM", {"model": model, **kwargs}))
+        self.skip_tokenizer_init = bool(kwargs.get("skip_tokenizer_init"))
+        self.max_seq_len = kwargs.get("max_seq_len")
+        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+        self._lock = threading.Lock()  # one request at a time
+        self._shut = False
+        self._running: list[tuple[threading.Thread, RequestOutput]] = []
+
+    def generate_async(self, inputs: Any, **kwargs: Any) -> RequestOutput:
+        unknown = set(kwargs) - GENERATE_PARAMS
+        if unknown:
+            raise TypeError(f"generate_async got unexpected keyword(s) {sorted(unknown)} (not in the contract)")
+        if self._shut:
+            raise RuntimeError("LLM is shutting down")
+        asyncio.get_running_loop()  # the real one needs a running loop here to stream (AsyncQueue)
+        if not (isinstance(inputs, list) and inputs and all(type(t) is int for t in inputs)):
+            raise TypeError("the stand-in takes token ids: a non-empty list of Python ints")
+        params = kwargs.get("sampling_params") or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise TypeError("sampling_params must be a SamplingParams")
+        if params.end_id is None and self.skip_tokenizer_init:
+            raise ValueError("end_id must be set when skip_tokenizer_init is true (no tokenizer to take it from)")
+        if params.stop or params.bad:
+            raise RuntimeError("stop/bad strings need the tokenizer: use stop_token_ids")
+        CALLS.append(("generate_async", {"inputs": inputs, "streaming": kwargs.get("streaming", False),
+                                         **params.fields}))
+        result = RequestOutput(list(inputs))
+        loop = asyncio.get_running_loop()
+        put = lambda item: loop.call_soon_threadsafe(result._queue.put_nowait, item)  # noqa: E731
+        worker = threading.Thread(target=self._generate, args=(list(inputs), params, result, put,
+                                                               bool(kwargs.get("streaming"))), daemon=True)
+        worker.start()
+        self._running = [(t, r) for t, r in self._running if t.is_alive()] + [(worker, result)]
+        return result
+
+    def _generate(self, ids: list[int], params: SamplingParams, result: RequestOutput, put, streaming: bool) -> None:
+        import torch
+
+        try:
+            stops = {params.end_id, *(params.stop_token_ids or [])} - {None}
+            gen = torch.Generator().manual_seed(int(params.seed or 0))
+            tokens: list[int] = []
+            reason = None
+            with self._lock, torch.no_grad():
+                past, feed = None, torch.tensor([ids])
+                while reason is None:
+                    if result.aborted():
+                        reason = "cancelled"
+                        break
+                    out = self.model(input_ids=feed, past_key_values=past, use_cache=True)
+                    past, logits = out.past_key_values, out.logits[0, -1].float()
+                    token = self._pick(logits, params, gen)
+                    tokens.append(token)
+                    if token in stops:
+                        reason = "stop"
+                        if not params.include_stop_str_in_output and token != params.end_id:
+                            tokens.pop()
+                    elif len(tokens) >= params.max_tokens:
+                        reason = "length"
+                    if streaming or reason is not None:
+                        put((list(tokens), reason))
+                    feed = torch.tensor([[token]])
+            if reason == "cancelled":
+                put((list(tokens), reason))
+        except Exception as exc:  # noqa: BLE001 - raised to the reader, as the real RequestError is
+            put(RuntimeError(f"stand-in generation failed: {exc}"))
+
+    @staticmethod
+    def _pick(logits, params: SamplingParams, gen) -> int:
+        import torch
+
+        if params.top_k == 1 or not params.temperature:
+            return int(torch.argmax(logits))
+        logits = logits / params.temperature
+        if params.top_k:
+            kth = torch.topk(logits, params.top_k).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        if params.top_p:
+            order = torch.argsort(probs, descending=True)
+            keep = torch.cumsum(probs[order], 0) - probs[order] < params.top_p
+            mask = torch.zeros_like(probs, dtype=torch.bool)
+            mask[order[keep]] = True
+            probs = probs.masked_fill(~mask, 0)
+        return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+
+    def shutdown(self) -> None:
+        """Abort what is running and wait for it, as the real shutdown stops its executor."""
+        self._shut = True
+        for worker, result in self._running:
+            result.abort()
+            worker.join(timeout=30)

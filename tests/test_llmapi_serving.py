@@ -1,0 +1,183 @@
+"""The llmapi target served by a real tritonserver: LPX's `tensorrt_llm` python model over
+`tensorrt_llm.LLM`. TensorRT-LLM cannot be installed here, so `tensorrt_llm` is the contract-checked
+stand-in in tests/standin_tensorrt_llm (it refuses any LLM option, SamplingParams field or
+generate_async keyword the contracts do not list, and runs transformers behind that interface).
+Everything else is real: LPX's stages (quantize none -> llmapi build folder -> repository), Triton,
+the ensemble, BLS, pre/postprocessing and tritonclient."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import parse_config
+from pipeline.demo import demo_config_dict
+from pipeline.errors import PipelineError
+
+pytestmark = pytest.mark.slow  # every test needs the quantize -> build -> repo fixture
+STANDIN = Path(__file__).parent / "standin_tensorrt_llm"
+PROMPTS = ["The first token of an answer", "Bread is made"]
+MAX_TOKENS = 24
+
+
+def llmapi_config(checkpoint: Path):
+    data = demo_config_dict(str(checkpoint))
+    data["variants"] = [{"name": "bf16", "quantization": {"format": "none"}}]
+    data["build"]["target"] = "llmapi"
+    return parse_config(data)
+
+
+@pytest.fixture(scope="module")
+def built(tiny_checkpoint, tmp_path_factory):
+    """quantize (none) -> build (llmapi) -> repo through LPX's runner, in a private LPX_HOME."""
+    from rich.console import Console
+
+    from pipeline.progress import Reporter
+    from pipeline.runner import Runner
+
+    root = tmp_path_factory.mktemp("llmapi")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LPX_HOME", str(root / "home"))
+        cfg = llmapi_config(tiny_checkpoint)
+        outcome = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).run(cfg.variants, "repo")[0]  # noqa: SIM115
+    engine = next(a for k, a in outcome.artifacts.items() if k.startswith("build:"))
+    repo = next(a for k, a in outcome.artifacts.items() if k.startswith("repo:"))
+    return cfg, engine.path, repo.path, root
+
+
+def test_repository_serves_the_llmapi_model(built) -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    cfg, engine, repo, _ = built
+    code = (repo / "tensorrt_llm" / "1" / "model.py").read_text()
+    assert "LlmApiEngine" in code and "TorchEngine" not in code
+    conf = text_format.Parse((repo / "tensorrt_llm" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert conf.backend == "python" and conf.model_transaction_policy.decoupled
+    params = {k: v.string_value for k, v in conf.parameters.items()}
+    assert params["llmapi_dir"] == "1/engine" and params["tokenizer_dir"] == "1/engine/checkpoint"
+    linked = repo / "tensorrt_llm" / "1" / "engine"
+    assert (linked / "model.yaml").is_file() and (linked / "checkpoint" / "config.json").is_file()
+    assert (linked / "checkpoint" / "config.json").stat().st_ino == (engine / "checkpoint" / "config.json").stat().st_ino
+
+
+def test_triton_batch_above_the_builds_is_refused(built, tmp_path) -> None:
+    from pipeline.stages.repository import write_repository
+
+    cfg, engine, _, _ = built
+    bigger = cfg.model_copy(deep=True)
+    bigger.build.max_batch_size = cfg.build.max_batch_size * 2
+    with pytest.raises(PipelineError, match=rf"max_batch_size {bigger.build.max_batch_size} .*llmapi build's "
+                                            rf"max_batch_size {cfg.build.max_batch_size}"):
+        write_repository(tmp_path / "repo", engine, bigger)
+    assert not (tmp_path / "repo" / "tensorrt_llm").exists()
+
+
+def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
+    """In-process, through the stand-in: the LLM gets the build's options, each request token ids,
+    explicit end_id (no tokenizer in the LLM), every further EOS id as a stop token, detokenize off."""
+    monkeypatch.syspath_prepend(str(STANDIN))
+    monkeypatch.delitem(sys.modules, "tensorrt_llm", raising=False)
+    import tensorrt_llm
+    import yaml
+
+    from pipeline.engines.llmapi_engine import LlmApiEngine
+
+    assert tensorrt_llm.__version__.endswith("standin")
+    _, engine_dir, _, _ = built
+    options = yaml.safe_load((engine_dir / "llm_api_options.yaml").read_text())
+    tensorrt_llm.CALLS.clear()
+    with LlmApiEngine(engine_dir) as engine:
+        tokens = engine.generate([5, 6, 7], 6, end_ids=[2, 9], temperature=0.0)
+        with pytest.raises(PipelineError, match="max_input_len"):
+            engine.submit([5] * (options["max_input_len"] + 1), 4, end_ids=[2])
+        stream = engine.submit([5, 6, 7], 50, end_ids=[2], temperature=0.0)
+        next(stream)
+        stream.cancel()
+        rest = list(stream)
+        assert stream.finished and len(stream.tokens) < 50 and len(rest) < 49
+    (kind, init), (_, call) = tensorrt_llm.CALLS[0], tensorrt_llm.CALLS[1]
+    assert kind == "LLM" and init["skip_tokenizer_init"] is True
+    assert {k: init[k] for k in options} == options and init["model"] == str(engine_dir / "checkpoint")
+    assert call["inputs"] == [5, 6, 7] and call["streaming"] is True and call["max_tokens"] == 6
+    assert call["end_id"] == 2 and call["stop_token_ids"] == [9] and call["detokenize"] is False
+    assert call["top_k"] == 1  # greedy, TensorRT-LLM's way
+    assert 1 <= len(tokens) <= 6
+
+
+@pytest.fixture(scope="module")
+def server(built):
+    from pipeline.stages.serve import TritonServer, find_tritonserver
+
+    try:
+        find_tritonserver()
+    except PipelineError as exc:
+        pytest.skip(exc.message)
+    _, _, repo, root = built
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LPX_HOME", str(root / "home"))
+        mp.setenv("LPX_TRITON_PYTHONPATH", str(STANDIN))  # the stub ignores PYTHONPATH
+        srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=240)
+        try:
+            srv.start()
+        except PipelineError as exc:
+            pytest.fail(f"{exc.message}\n{exc.detail}")
+        yield srv
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(built) -> dict[str, str]:
+    """transformers' greedy text on the llmapi build's own checkpoint (the unified HF export)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, engine_dir, _, _ = built
+    hf = engine_dir / "checkpoint"
+    tok = AutoTokenizer.from_pretrained(hf)
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    out = {}
+    for prompt in PROMPTS:
+        ids = tok(prompt)["input_ids"]
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False,
+                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        out[prompt] = tok.decode(gen, skip_special_tokens=True)
+    return out
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_greedy_text_through_triton_equals_transformers(server, expected, model: str) -> None:
+    from pipeline.client import generate_stream
+
+    for prompt in PROMPTS:
+        chunks = list(generate_stream(server.grpc_url, prompt, MAX_TOKENS, model=model))
+        assert "".join(c.text for c in chunks) == expected[prompt]
+
+
+@pytest.mark.triton
+def test_http_generate_and_token_counts(server, expected) -> None:
+    import urllib.request
+
+    prompt = PROMPTS[1]
+    body = json.dumps({"text_input": prompt, "max_tokens": MAX_TOKENS, "return_num_output_tokens": True}).encode()
+    req = urllib.request.Request(f"http://{server.http_url}/v2/models/ensemble/generate", data=body,
+                                 headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    answer = json.loads(opener.open(req, timeout=120).read())
+    assert answer["text_output"] == expected[prompt]
+    assert 1 <= answer["num_output_tokens"] <= MAX_TOKENS
+
+
+@pytest.mark.triton
+def test_bad_requests_are_errors_and_the_server_keeps_serving(server, expected) -> None:
+    from pipeline.client import generate_stream
+
+    with pytest.raises(PipelineError, match="max_tokens"):
+        list(generate_stream(server.grpc_url, PROMPTS[0], 100000))
+    chunks = list(generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS))
+    assert "".join(c.text for c in chunks) == expected[PROMPTS[0]]
