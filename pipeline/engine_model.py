@@ -23,12 +23,13 @@ Runs inside Triton's python stub: `triton_python_backend_utils` is imported when
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .model_args import eos_ids_in
+from .model_args import eos_ids_in, model_params
 
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
 
@@ -98,6 +99,18 @@ class GenerationModel:
     eos_ids: list[int]
     exclude_input: bool = True
     bad_words_supported: bool = False
+
+    def setup(self, args: dict) -> Callable[[str, str], Path]:
+        """Read the shared parameters (max_tokens_cap, exclude_input_in_output) from initialize()'s args;
+        returns resolve(key, default): a path parameter, relative to the model's folder unless absolute."""
+        folder, params = model_params(args)
+        self.cap = int(params.get("max_tokens_cap") or 0)
+        self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")
+
+        def resolve(key: str, default: str) -> Path:
+            p = Path(params.get(key) or default)
+            return p if p.is_absolute() else folder / p
+        return resolve
 
     def execute(self, requests: list) -> None:
         for request in requests:

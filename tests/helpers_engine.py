@@ -91,3 +91,27 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
             eos_token_id=eos_id, pad_token_id=eos_id,
         )[0, len(prompt_ids):].tolist()
     return out[: out.index(eos_id) + 1] if eos_id in out else out
+
+
+def running_server(repo: Path, root: Path, **env: str):
+    """Generator for a module fixture: tritonserver on `repo` (skip without a tritonserver), with
+    LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after."""
+    from pipeline.errors import PipelineError
+    from pipeline.stages.serve import TritonServer, find_tritonserver
+
+    try:
+        find_tritonserver()
+    except PipelineError as exc:
+        pytest.skip(exc.message)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"LPX_HOME": str(root / "home"), **env}.items():
+            mp.setenv(key, value)
+        srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=240)
+        try:
+            srv.start()
+        except PipelineError as exc:
+            pytest.fail(f"{exc.message}\n{exc.detail}")
+        try:
+            yield srv
+        finally:
+            srv.stop()

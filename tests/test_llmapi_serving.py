@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_engine import running_server
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
@@ -110,23 +111,8 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def server(built):
-    from pipeline.stages.serve import TritonServer, find_tritonserver
-
-    try:
-        find_tritonserver()
-    except PipelineError as exc:
-        pytest.skip(exc.message)
     _, _, repo, root = built
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LPX_HOME", str(root / "home"))
-        mp.setenv("LPX_TRITON_PYTHONPATH", str(STANDIN))  # the stub ignores PYTHONPATH
-        srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=240)
-        try:
-            srv.start()
-        except PipelineError as exc:
-            pytest.fail(f"{exc.message}\n{exc.detail}")
-        yield srv
-        srv.stop()
+    yield from running_server(repo, root, LPX_TRITON_PYTHONPATH=str(STANDIN))  # the stub ignores PYTHONPATH
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_engine import reference_greedy, torch_engine_dir  # noqa: F401 - fixture
+from helpers_engine import reference_greedy, running_server, torch_engine_dir  # noqa: F401 - fixture
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
@@ -63,24 +63,11 @@ def raw_stream(url: str, prompt: str, max_tokens: int, **lists: list[str]) -> st
 @pytest.fixture(scope="module")
 def server(torch_engine_dir: Path, tmp_path_factory):  # noqa: F811
     from pipeline.stages.repository import write_repository
-    from pipeline.stages.serve import TritonServer, find_tritonserver
 
-    try:
-        find_tritonserver()
-    except PipelineError as exc:
-        pytest.skip(exc.message)
     root = tmp_path_factory.mktemp("triton")
     cfg = parse_config(demo_config_dict(str(root / "unused-checkpoint")))
     write_repository(root / "repo", torch_engine_dir, cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LPX_HOME", str(root / "home"))
-        srv = TritonServer(root / "repo", log_path=root / "triton.log", ready_timeout_s=240)
-        try:
-            srv.start()
-        except PipelineError as exc:
-            pytest.fail(f"{exc.message}\n{exc.detail}")
-        yield srv
-        srv.stop()
+    yield from running_server(root / "repo", root)
 
 
 @pytest.fixture(scope="module")

@@ -12,28 +12,18 @@ Parameters: llmapi_dir and tokenizer_dir (relative to this model's folder), max_
 exclude_input_in_output (default for the request input of that name).
 """
 
-from pathlib import Path
-
 from transformers import AutoTokenizer
 
 from pipeline.engine_model import GenerationModel, eos_ids
 from pipeline.engines.llmapi_engine import LlmApiEngine
-from pipeline.model_args import model_params
 
 
 class TritonPythonModel(GenerationModel):
     label = "tensorrt_llm (llmapi)"
 
     def initialize(self, args: dict) -> None:
-        folder, params = model_params(args)
-
-        def resolve(key: str, default: str) -> Path:
-            p = Path(params.get(key) or default)
-            return p if p.is_absolute() else folder / p
-
+        resolve = self.setup(args)
         self.engine = LlmApiEngine(resolve("llmapi_dir", "1/engine"))
         checkpoint = self.engine.folder / self.engine.meta["model"]
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", str(checkpoint)))
-        self.cap = int(params.get("max_tokens_cap") or 0)
         self.eos_ids = eos_ids(checkpoint)
-        self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")

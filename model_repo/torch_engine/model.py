@@ -10,27 +10,17 @@ Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), 
 exclude_input_in_output (default for the request input of that name).
 """
 
-from pathlib import Path
-
 from transformers import AutoTokenizer
 
 from pipeline.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
 from pipeline.engines.torch_engine import TorchEngine
-from pipeline.model_args import model_params
 
 
 class TritonPythonModel(GenerationModel):
     label = "tensorrt_llm (torch)"
 
     def initialize(self, args: dict) -> None:
-        folder, params = model_params(args)
-
-        def resolve(key: str, default: str) -> Path:
-            p = Path(params.get(key) or default)
-            return p if p.is_absolute() else folder / p
-
+        resolve = self.setup(args)
         self.engine = TorchEngine(resolve("gpt_model_path", "1/engine"))
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
-        self.cap = int(params.get("max_tokens_cap") or 0)
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))
-        self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")
