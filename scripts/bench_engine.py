@@ -123,7 +123,7 @@ def main() -> None:
     print(f"device {device}; engine built in {time.perf_counter() - t0:.1f} s at {engine_dir}", flush=True)
     vocab = SHAPES[args.shape]["vocab_size"]
     results = []
-    with TorchEngine(engine_dir, device="cuda" if torch.cuda.is_available() else None) as engine:
+    with TorchEngine(engine_dir) as engine:  # on the GPU when torch sees one
         print(f"engine on {next(engine.model.parameters()).device}", flush=True)
         one_level(engine, 2, 2, args.input_len, 8, vocab, seed=99)  # warm-up (kernels, allocator)
         for c in levels:

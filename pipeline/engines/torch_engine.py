@@ -100,12 +100,15 @@ class TorchEngine:
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
     def __init__(self, engine_dir: Path, device: str | None = None, seed: int = 0) -> None:
+        """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
+        scripts/bench_engine.py), else the CPU."""
+        import torch
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
         self.engine_dir = Path(engine_dir)
         self.meta = read_meta(self.engine_dir)
-        self.model = load_model(self.engine_dir, device)
+        self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.config.eos_token_id
         self.default_end_ids = [eos] if isinstance(eos, int) else list(eos or [])
