@@ -39,9 +39,9 @@ from . import engine_repo
 from .llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
-SOURCES = {"preprocessing": "preprocessing", "tensorrt_llm": "torch_engine", "postprocessing": "postprocessing",
-           "tensorrt_llm_bls": "tensorrt_llm_bls"}
-ENGINE_SOURCES = {"torch": "torch_engine", "llmapi": "llmapi"}  # the tensorrt_llm model's code, per target
+# model -> its code in model_repo/; tensorrt_llm's depends on the target (the engine target's is C++, no code)
+SOURCES = {"preprocessing": "preprocessing", "postprocessing": "postprocessing", "tensorrt_llm_bls": "tensorrt_llm_bls"}
+ENGINE_SOURCES = {"torch": "torch_engine", "llmapi": "llmapi"}
 DECOUPLED = {"tensorrt_llm", "tensorrt_llm_bls"}  # stream one response per token delta; the ensemble inherits it
 # Knobs (module constants for now; to move into lpx.yaml's config later).
 APPLY_CHAT_TEMPLATE = False  # preprocessing wraps text_input as one user turn with the tokenizer's chat template
@@ -200,8 +200,9 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
         conf = model_config(model, cfg, (folder / "1" / "engine").resolve(), max_input_len)
         (folder / "config.pbtxt").write_text(HEADER + text_format.MessageToString(conf), encoding="utf-8")
         files += 1
-        if model in SOURCES and not (target == "engine" and model == "tensorrt_llm"):
-            code = src / (ENGINE_SOURCES[target] if model == "tensorrt_llm" else SOURCES[model]) / "model.py"
+        source = ENGINE_SOURCES.get(target) if model == "tensorrt_llm" else SOURCES.get(model)
+        if source is not None:
+            code = src / source / "model.py"
             if not code.is_file():
                 raise PipelineError(f"LPX's Triton model {code} is missing - reinstall LPX")
             shutil.copy2(code, folder / "1" / "model.py")
