@@ -57,8 +57,18 @@ async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any)
         async for step in stream.result:
             stream.queue.put((list(step.outputs[0].token_ids), bool(step.finished)))
         stream.queue.put(DONE)
+    except asyncio.CancelledError:  # the engine is closing
+        stream.queue.put(RuntimeError("llmapi engine closed"))
+        raise
     except Exception as exc:  # noqa: BLE001 - the request's error, raised on its reader's thread
         stream.queue.put(RuntimeError(f"generation failed: {exc}"))
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LlmApiEngine:
@@ -132,6 +142,10 @@ class LlmApiEngine:
         try:
             self.llm.shutdown()
         finally:
+            try:  # end the requests still streaming, so no task dies with the loop
+                asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(timeout=10)
+            except Exception:  # noqa: BLE001, S110 - closing regardless
+                pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
 
