@@ -31,8 +31,38 @@ def llmapi_config(checkpoint: Path):
     return parse_config(data)
 
 
+def greedy(folder: Path, prompt: str, eos: list[int]) -> list[int]:
+    """transformers' greedy output ids (float32), stopping at any of `eos`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = tok(prompt)["input_ids"]
+    with torch.no_grad():
+        return model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, eos_token_id=eos,
+                              pad_token_id=eos[0])[0, len(ids):].tolist()
+
+
 @pytest.fixture(scope="module")
-def built(tiny_checkpoint, tmp_path_factory):
+def checkpoint(tiny_checkpoint, tmp_path_factory) -> tuple[Path, int]:
+    """The tiny checkpoint with a second end-of-sequence id in generation_config.json (as Llama 3 has):
+    the 6th token of the greedy answer to PROMPTS[0], so that answer must stop there."""
+    import shutil
+
+    dest = tmp_path_factory.mktemp("multi_eos") / "ckpt"
+    shutil.copytree(tiny_checkpoint, dest)
+    gen_cfg = json.loads((dest / "generation_config.json").read_text())
+    eos = gen_cfg["eos_token_id"] if isinstance(gen_cfg["eos_token_id"], int) else gen_cfg["eos_token_id"][0]
+    answer = greedy(dest, PROMPTS[0], [eos])
+    extra = next(t for i, t in enumerate(answer) if i >= 5 and t not in answer[:i])
+    gen_cfg["eos_token_id"] = [eos, extra]
+    (dest / "generation_config.json").write_text(json.dumps(gen_cfg))
+    return dest, extra
+
+
+@pytest.fixture(scope="module")
+def built(checkpoint, tmp_path_factory):
     """quantize (none) -> build (llmapi) -> repo through LPX's runner, in a private LPX_HOME."""
     from rich.console import Console
 
@@ -42,7 +72,7 @@ def built(tiny_checkpoint, tmp_path_factory):
     root = tmp_path_factory.mktemp("llmapi")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LPX_HOME", str(root / "home"))
-        cfg = llmapi_config(tiny_checkpoint)
+        cfg = llmapi_config(checkpoint[0])
         outcome = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).run(cfg.variants, "repo")[0]  # noqa: SIM115
     engine = next(a for k, a in outcome.artifacts.items() if k.startswith("build:"))
     repo = next(a for k, a in outcome.artifacts.items() if k.startswith("repo:"))
@@ -116,23 +146,36 @@ def server(built):
 
 
 @pytest.fixture(scope="module")
-def expected(built) -> dict[str, str]:
-    """transformers' greedy text on the llmapi build's own checkpoint (the unified HF export)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def reference(built) -> dict[str, list[int]]:
+    """transformers' greedy ids on the llmapi build's own checkpoint (the unified HF export), stopping at
+    every end-of-sequence id of its generation_config.json."""
+    from pipeline.engine_model import eos_ids
 
-    _, engine_dir, _, _ = built
-    hf = engine_dir / "checkpoint"
-    tok = AutoTokenizer.from_pretrained(hf)
-    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
-    out = {}
-    for prompt in PROMPTS:
-        ids = tok(prompt)["input_ids"]
-        with torch.no_grad():
-            gen = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False,
-                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
-        out[prompt] = tok.decode(gen, skip_special_tokens=True)
-    return out
+    hf = built[1] / "checkpoint"
+    return {p: greedy(hf, p, eos_ids(hf)) for p in PROMPTS}
+
+
+@pytest.fixture(scope="module")
+def expected(built, reference) -> dict[str, str]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(built[1] / "checkpoint")
+    return {p: tok.decode(ids, skip_special_tokens=True) for p, ids in reference.items()}
+
+
+@pytest.mark.triton
+def test_every_end_of_sequence_id_stops_the_answer(server, built, checkpoint, reference, expected) -> None:
+    """generation_config.json lists two EOS ids; the second one ends PROMPTS[0]'s answer mid-way."""
+    from pipeline.client import generate_stream
+    from pipeline.engine_model import eos_ids
+
+    extra = checkpoint[1]
+    assert eos_ids(built[1] / "checkpoint")[1:] == [extra], "the export kept both end-of-sequence ids"
+    answer = reference[PROMPTS[0]]
+    assert answer[-1] == extra and len(answer) < MAX_TOKENS, "the reference itself stops at the second id"
+    for stream in (True, False):
+        text = "".join(c.text for c in generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, stream=stream))
+        assert text == expected[PROMPTS[0]]
 
 
 @pytest.mark.triton
