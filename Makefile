@@ -27,6 +27,7 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check pipeline model_repo tests scripts
+	$(BIN)/ruff format --check pipeline model_repo tests scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -284,7 +284,7 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error is turned into a message
+    except Exception as exc:
         if debug:
             raise
         click.secho(f"error: unexpected {type(exc).__name__}: {exc}", err=True, fg="red")

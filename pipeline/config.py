@@ -109,6 +109,8 @@ class Serving(Strict):
     grpc_port: int = Field(8001, ge=0, le=65535)
     metrics_port: int = Field(8002, ge=0, le=65535)
     max_tokens_cap: int = Field(1024, ge=1, description="Largest max_tokens a request may ask for.")
+    batch_invariant: bool = Field(True, description="torch target: attention computed per request, so a request's "
+                                  "tokens do not depend on the batch it shares (about 10-30% slower; see the README).")
     ready_timeout_s: float = Field(180.0, gt=0)
 
 

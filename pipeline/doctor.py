@@ -113,7 +113,7 @@ def _nvml() -> GpuState | None:
     try:
         import pynvml as nv
         nv.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver: fall back to nvidia-smi
+    except Exception:
         return None
     try:
         cuda = nv.nvmlSystemGetCudaDriverVersion()
@@ -126,7 +126,7 @@ def _nvml() -> GpuState | None:
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
                 state.processes.append(f"pid {p.pid} ({(p.usedGpuMemory or 0) >> 20} MiB on GPU {i})")
         return state
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     finally:
         nv.nvmlShutdown()

@@ -104,13 +104,18 @@ class GenerationModel:
         """Read the shared parameters (max_tokens_cap, exclude_input_in_output) from initialize()'s args;
         returns resolve(key, default): a path parameter, relative to the model's folder unless absolute."""
         folder, params = model_params(args)
+        self.params = params
         self.cap = int(params.get("max_tokens_cap") or 0)
-        self.exclude_input = params.get("exclude_input_in_output", "true").lower() in ("true", "1", "yes")
+        self.exclude_input = self.flag("exclude_input_in_output")
 
         def resolve(key: str, default: str) -> Path:
             p = Path(params.get(key) or default)
             return p if p.is_absolute() else folder / p
         return resolve
+
+    def flag(self, key: str, default: bool = True) -> bool:
+        """A true/false model parameter (set by setup)."""
+        return self.params.get(key, str(default)).lower() in ("true", "1", "yes")
 
     def execute(self, requests: list) -> None:
         for request in requests:

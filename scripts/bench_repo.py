@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 PROMPT = "Bread is made from flour, water and salt, and"
 LENGTHS = (16, 256, 1024)
@@ -45,17 +46,16 @@ def end_id(engine: Path) -> int:
 
 def build_repo(work: Path, fmt: str) -> tuple[Path, Path]:
     """Demo checkpoint -> torch engine (max_seq_len 2048) -> repository with max_tokens_cap 1024+."""
-    from helpers_engine import build_torch_engine
+    from bench_engine import build_engine
 
     from pipeline.config import parse_config
     from pipeline.demo import demo_config_dict, write_checkpoint
     from pipeline.stages.repository import write_repository
 
-    engine = build_torch_engine(write_checkpoint(work / "checkpoint"), work / "engine", fmt)
-    meta_path = engine / "lpx_engine.json"
-    meta = json.loads(meta_path.read_text())
-    meta.update(max_seq_len=2048, max_input_len=512)
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    built = build_engine(write_checkpoint(work / "checkpoint"), work / "home", fmt, max_batch_size=8,
+                         max_input_len=512, max_seq_len=2048, max_num_tokens=4096)
+    engine = work / "engine"  # a copy: its config files are edited below
+    shutil.copytree(built, engine)
     # the engine always ends on generation_config's EOS too: make it an id the model does not produce,
     # so that every request runs to its max_tokens (the tiny model says EOS after ~60 tokens)
     never = end_id(engine)

@@ -1,4 +1,5 @@
-"""Shared fixtures. Every test gets its own LPX_HOME, so no test sees another's state."""
+"""Shared fixtures, all of them here (test modules import no fixtures from one another). Every test
+gets its own LPX_HOME, so no test sees another's state."""
 
 from __future__ import annotations
 
@@ -31,3 +32,11 @@ def demo_config(tmp_path, tiny_checkpoint):
     path = tmp_path / "lpx.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def torch_engine_dir(tmp_path_factory):
+    """A torch engine dir (FP8 fake-quant tiny Llama), built once per session (helpers_engine.py)."""
+    from helpers_engine import session_engine_dir
+
+    return session_engine_dir(tmp_path_factory)

@@ -4,9 +4,8 @@ What LPX's build stage writes for `target: torch`, reproduced here so the engine
 Triton tests do not depend on the build stage: the HF config and tokenizer files, the ModelOpt
 state of the FP8-quantized model (`mto.save`), and `lpx_engine.json`.
 
-Use it from a test module with `from helpers_engine import torch_engine_dir  # noqa: F401`.
-The fixture is session-scoped and its result is also cached here, so modules that import it
-share one checkpoint and one engine dir.
+The `torch_engine_dir` fixture (tests/conftest.py) calls `session_engine_dir`, whose result is cached
+here, so every module shares one checkpoint and one engine dir.
 """
 
 from __future__ import annotations
@@ -70,12 +69,6 @@ def session_engine_dir(factory: pytest.TempPathFactory) -> Path:
         _CACHE["checkpoint"] = ckpt
         _CACHE["engine"] = build_torch_engine(ckpt, root / "engine")
     return _CACHE["engine"]
-
-
-@pytest.fixture(scope="session")
-def torch_engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A torch engine dir (FP8 fake-quant tiny Llama), built once per session."""
-    return session_engine_dir(tmp_path_factory)
 
 
 def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: int, eos_id: int) -> list[int]:

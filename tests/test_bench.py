@@ -88,6 +88,7 @@ def test_every_request_failing_is_an_error(tmp_path):
 
 
 @pytest.mark.triton
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_fixed_delay_server_measured_right(tmp_path, protocol):
     from pipeline.stages.serve import TritonServer

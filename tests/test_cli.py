@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -9,6 +10,7 @@ from pipeline.cli import cli
 from pipeline.config import load_config
 
 
+@pytest.mark.slow
 def test_init_writes_a_working_config(tmp_path, isolated_home):
     runner = CliRunner()
     res = runner.invoke(cli, ["init", str(tmp_path / "proj")])

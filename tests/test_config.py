@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -87,3 +88,20 @@ def test_yaml_syntax_error_names_line(tmp_path):
     p.write_text("model: {name: m\nvariants: []\n")
     with pytest.raises(PipelineError, match=r"not valid YAML \(line"):
         load_config(p)
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_config_validates(path: Path) -> None:
+    """Each examples/*.yaml is an lpx.yaml that `lpx config validate` accepts, and its build matrix
+    (variant x arch cells, with their capability checks) can be laid out."""
+    from pipeline.matrix import build_matrix
+
+    cfg = load_config(path)
+    assert cfg.variants and build_matrix(cfg)
+
+
+def test_examples_exist() -> None:
+    assert EXAMPLES, "examples/*.yaml: at least one example config ships with LPX"

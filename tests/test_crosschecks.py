@@ -22,7 +22,7 @@ LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "interm
 def _runner(ckpt, **build):
     cfg = parse_config({"model": {"name": "m", "checkpoint": str(ckpt)},
                         "variants": [{"name": "bf16"}], "build": {"archs": ["sm90"], **build}})
-    return Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))  # noqa: SIM115
+    return Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))
 
 
 def test_max_seq_len_beyond_positions_is_refused(tiny_checkpoint):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from test_trtllm_build import DEMO_LIMITS, run_standin, write_checkpoint
+from helpers_trtllm import DEMO_LIMITS, run_standin, write_checkpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config

@@ -22,7 +22,7 @@ def test_quantize_and_eval_on_cuda(tiny_checkpoint, isolated_home):
         "evaluation": {"samples": 4, "seq_len": 64},
         "build": {"archs": ["sm100"]},
     })
-    runner = Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))  # noqa: SIM115
+    runner = Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))
     outcomes = {o.variant: o for o in runner.run(cfg.variants, "eval")}
     for name in ("fp8", "nvfp4"):
         quantized = outcomes[name].artifacts["quantize"].manifest["results"]

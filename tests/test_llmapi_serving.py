@@ -73,7 +73,7 @@ def built(checkpoint, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LPX_HOME", str(root / "home"))
         cfg = llmapi_config(checkpoint[0])
-        outcome = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).run(cfg.variants, "repo")[0]  # noqa: SIM115
+        outcome = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).run(cfg.variants, "repo")[0]
     engine = next(a for k, a in outcome.artifacts.items() if k.startswith("build:"))
     repo = next(a for k, a in outcome.artifacts.items() if k.startswith("repo:"))
     return cfg, engine.path, repo.path, root

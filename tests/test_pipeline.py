@@ -86,6 +86,7 @@ def _one_line_error(res: subprocess.CompletedProcess, *fragments: str) -> None:
         assert f in res.stderr
 
 
+@pytest.mark.slow
 def test_bad_inputs_get_one_clear_line(tmp_path, isolated_home):
     cfg = tmp_path / "lpx.yaml"
     base = {"model": {"name": "m", "checkpoint": "missing"}, "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}]}

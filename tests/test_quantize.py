@@ -29,7 +29,7 @@ VARIANTS = [
 
 
 def quiet() -> Reporter:
-    return Reporter(Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    return Reporter(Console(file=open("/dev/null", "w")))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_engine import reference_greedy, torch_engine_dir  # noqa: F401 - fixture
+from helpers_engine import reference_greedy
 
 from pipeline.engines.torch_engine import TorchEngine, read_meta
 from pipeline.errors import PipelineError
@@ -18,20 +18,20 @@ PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "
 
 
 @pytest.fixture(scope="module")
-def engine(torch_engine_dir: Path):  # noqa: F811
+def engine(torch_engine_dir: Path):
     eng = TorchEngine(torch_engine_dir)
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
-def tokenizer(torch_engine_dir: Path):  # noqa: F811
+def tokenizer(torch_engine_dir: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(torch_engine_dir)
 
 
-def test_greedy_matches_generate(engine: TorchEngine, tokenizer, torch_engine_dir: Path) -> None:  # noqa: F811
+def test_greedy_matches_generate(engine: TorchEngine, tokenizer, torch_engine_dir: Path) -> None:
     for prompt in PROMPTS:
         ids = tokenizer(prompt)["input_ids"]
         expected = reference_greedy(torch_engine_dir, ids, 40, tokenizer.eos_token_id)

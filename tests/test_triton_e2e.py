@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_engine import reference_greedy, running_server, torch_engine_dir  # noqa: F401 - fixture
+from helpers_engine import reference_greedy, running_server
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
@@ -61,7 +61,7 @@ def raw_stream(url: str, prompt: str, max_tokens: int, **lists: list[str]) -> st
 
 
 @pytest.fixture(scope="module")
-def server(torch_engine_dir: Path, tmp_path_factory):  # noqa: F811
+def server(torch_engine_dir: Path, tmp_path_factory):
     from pipeline.stages.repository import write_repository
 
     root = tmp_path_factory.mktemp("triton")
@@ -71,7 +71,7 @@ def server(torch_engine_dir: Path, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def reference_tokens(torch_engine_dir: Path) -> dict[str, list[int]]:  # noqa: F811
+def reference_tokens(torch_engine_dir: Path) -> dict[str, list[int]]:
     """transformers' greedy output ids for each prompt, on the same restored quantized model."""
     from transformers import AutoTokenizer
 
@@ -80,7 +80,7 @@ def reference_tokens(torch_engine_dir: Path) -> dict[str, list[int]]:  # noqa: F
 
 
 @pytest.fixture(scope="module")
-def expected(torch_engine_dir: Path, reference_tokens: dict[str, list[int]]) -> dict[str, str]:  # noqa: F811
+def expected(torch_engine_dir: Path, reference_tokens: dict[str, list[int]]) -> dict[str, str]:
     """transformers' greedy text for each prompt."""
     from transformers import AutoTokenizer
 
@@ -124,6 +124,8 @@ def test_stream_concatenation_equals_non_streamed(server, expected: dict[str, st
 
 
 def test_concurrent_streams_all_finish_with_their_own_text(server, expected: dict[str, str]) -> None:
+    """Each stream equals its prompt served alone: the torch engine is batch-invariant by default
+    (serving.batch_invariant; tests/test_batch_invariance.py), and alone it runs generate's shapes."""
     got: dict[str, str] = {}
 
     def run(prompt: str) -> None:
@@ -146,7 +148,7 @@ def test_sampling_and_limits(server) -> None:
         raw_stream(server.grpc_url, PROMPTS[1], 8, bad_words=["the"])
 
 
-def test_stop_words_end_the_answer(server, torch_engine_dir: Path, expected: dict[str, str]) -> None:  # noqa: F811
+def test_stop_words_end_the_answer(server, torch_engine_dir: Path, expected: dict[str, str]) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(torch_engine_dir)
@@ -274,6 +276,8 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server, expe
 
 
 def test_32_concurrent_streams_all_get_their_greedy_text(server, expected: dict[str, str]) -> None:
+    """32 streams at once, over the ensemble and BLS: each equals the same request made alone on this
+    server (the needle rule of tests/test_batch_invariance.py; exact because the engine is batch-invariant)."""
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = [(PROMPTS[i % len(PROMPTS)], ("ensemble", "tensorrt_llm_bls")[i % 2]) for i in range(32)]
@@ -281,7 +285,10 @@ def test_32_concurrent_streams_all_get_their_greedy_text(server, expected: dict[
     def run(job: tuple[str, str]) -> tuple[str, str | None]:
         return raw_request(server.grpc_url, job[1], request_arrays(job[0], MAX_TOKENS))
 
+    alone = {job: run(job) for job in sorted(set(jobs))}
+    assert all(err is None for _, err in alone.values()), alone
     with ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(run, jobs))
-    wrong = [(job, res) for job, res in zip(jobs, results, strict=True) if res != (expected[job[0]], None)]
-    assert not wrong, f"{len(wrong)} of {len(jobs)} streams wrong: {wrong[:3]}"
+    wrong = [(job, res) for job, res in zip(jobs, results, strict=True) if res != alone[job]]
+    assert not wrong, f"{len(wrong)} of {len(jobs)} streams differ from the same request alone: {wrong[:3]}"
+    assert {job[0]: text for job, (text, _) in alone.items()} == expected, "alone, greedy text is generate's"

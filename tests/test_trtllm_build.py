@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers_trtllm import DEMO_LIMITS, STANDIN, run_standin, write_checkpoint
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
@@ -18,45 +18,16 @@ from pipeline.recipes import QUANT_ALGO
 from pipeline.stages import trtllm_build as tb
 
 HERE = Path(__file__).resolve().parent
-STANDIN = HERE / "standin_trtllm_build.py"
 CONTRACT = json.loads((HERE / "contracts" / "trtllm_build_flags.json").read_text())
 LPX_VERSION = {"latest": "1.2", "v0.16.0": "0.16"}
 CASES = [(v, f) for v in ("latest", "v0.16.0") for f in ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
          if not (f == "nvfp4" and v == "v0.16.0")]
-DEMO_LIMITS = {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096}
 
 
 def make_config(fmt: str = "none", **build):
     return parse_config({"model": {"name": "tiny", "checkpoint": "/nonexistent"},
                          "variants": [{"name": fmt, "quantization": {"format": fmt}}],
                          "build": {"target": "engine", **DEMO_LIMITS, **build}})
-
-
-def write_checkpoint(path: Path, fmt: str = "none", world: int = 1, kv: str | None = None) -> Path:
-    """A fake TensorRT-LLM checkpoint: config.json + empty rank{N}.safetensors (no ModelOpt needed)."""
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "num_hidden_layers": 2, "hidden_size": 64,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 2048,
-           "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
-           "quantization": {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": kv}}
-    (path / "config.json").write_text(json.dumps(cfg))
-    for r in range(world):
-        (path / f"rank{r}.safetensors").write_bytes(b"")
-    return path
-
-
-def standin_env(version: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, STANDIN_TRTLLM_VERSION=version, **extra)
-    for knob in ("STANDIN_FAIL", "STANDIN_SLEEP", "STANDIN_PIDFILE"):
-        if knob not in extra:
-            env.pop(knob, None)
-    return env
-
-
-def run_standin(argv: list[str], version: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run in cwd: like trtllm-build, the stand-in writes model.cache there unless told otherwise."""
-    return subprocess.run([sys.executable, str(STANDIN), *argv[1:]], env=standin_env(version), cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
 
 
 def flags_of(argv: list[str]) -> dict[str, str]:
@@ -269,6 +240,20 @@ def test_missing_binary_names_the_fix(tmp_path, monkeypatch):
 
 
 def test_engine_versions_shape():
+    """The manifest's toolchain record: the installed distributions' versions, None where absent, whether
+    or not TensorRT-LLM is installed (it is inside the containers LPX targets, not here)."""
+    from importlib import metadata
+
+    def installed(*dists: str) -> str | None:
+        for dist in dists:
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+        return None
+
     versions = tb.engine_versions()
     assert set(versions) == {"gpu", "sm", "driver", "cuda", "tensorrt", "tensorrt_llm"}
-    assert versions["tensorrt_llm"] is None  # not installable here
+    assert versions["tensorrt_llm"] == installed("tensorrt_llm", "tensorrt-llm")
+    assert versions["tensorrt"] == installed("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12")
+    assert all(v is None or isinstance(v, str) and v for v in versions.values()), versions

@@ -74,7 +74,7 @@ class TritonPythonModel:
             self._generate(request, sender)
         except StepError as exc:
             self._fail(sender, str(exc))
-        except Exception as exc:  # noqa: BLE001 - any failure is this request's error, never the server's
+        except Exception as exc:
             self._fail(sender, f"tensorrt_llm_bls: {exc}")
 
     def _generate(self, request, sender) -> None:

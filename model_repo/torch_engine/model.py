@@ -7,7 +7,8 @@ The tensors, sampling rules and streaming behaviour are pipeline/engine_model.py
 llmapi target's model); the engine is `TorchEngine` (transformers' continuous batching over the
 restored ModelOpt model).
 Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), max_tokens_cap,
-exclude_input_in_output (default for the request input of that name).
+exclude_input_in_output (default for the request input of that name), batch_invariant (default true:
+attention per request, see pipeline/engines/batch_invariant.py).
 """
 
 from transformers import AutoTokenizer
@@ -21,6 +22,6 @@ class TritonPythonModel(GenerationModel):
 
     def initialize(self, args: dict) -> None:
         resolve = self.setup(args)
-        self.engine = TorchEngine(resolve("gpt_model_path", "1/engine"))
+        self.engine = TorchEngine(resolve("gpt_model_path", "1/engine"), batch_invariant=self.flag("batch_invariant"))
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))

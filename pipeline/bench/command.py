@@ -87,7 +87,7 @@ def bench(spec: LoadSpec, concurrency: list[int] | None = None, rate: float | No
 
 
 def roofline_inputs(doc: dict[str, Any], gpu: str | None = None, checkpoint: Path | None = None,
-                    format: str | None = None, kv_dtype: str | None = None) -> tuple | str:  # noqa: A002
+                    format: str | None = None, kv_dtype: str | None = None) -> tuple | str:
     """(Gpu, checkpoint, format, kv dtype) for the roofline, from the options or the variant's quantize
     manifest; a note saying what is missing otherwise."""
     g = roofline.detect_gpu(doc["environment"].get("gpus") or [], gpu)

@@ -60,7 +60,7 @@ async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any)
     except asyncio.CancelledError:  # the engine is closing
         stream.queue.put(RuntimeError("llmapi engine closed"))
         raise
-    except Exception as exc:  # noqa: BLE001 - the request's error, raised on its reader's thread
+    except Exception as exc:
         stream.queue.put(RuntimeError(f"generation failed: {exc}"))
 
 
@@ -144,7 +144,7 @@ class LlmApiEngine:
         finally:
             try:  # end the requests still streaming, so no task dies with the loop
                 asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(timeout=10)
-            except Exception:  # noqa: BLE001, S110 - closing regardless
+            except Exception:
                 pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)

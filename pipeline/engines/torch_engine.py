@@ -99,9 +99,12 @@ RequestStream = DeltaStream  # the name callers and tests know
 class TorchEngine:
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
-    def __init__(self, engine_dir: Path, device: str | None = None, seed: int = 0) -> None:
+    def __init__(self, engine_dir: Path, device: str | None = None, seed: int = 0,
+                 batch_invariant: bool = True) -> None:
         """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
-        scripts/bench_engine.py), else the CPU."""
+        scripts/bench_engine.py), else the CPU. batch_invariant: attention per request, so a request's
+        tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
+        `paged|sdpa`, faster but 1-2 ulps batch-dependent."""
         import torch
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -109,6 +112,11 @@ class TorchEngine:
         self.engine_dir = Path(engine_dir)
         self.meta = read_meta(self.engine_dir)
         self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
+        self.batch_invariant = bool(batch_invariant)
+        if self.batch_invariant:
+            from .batch_invariant import register
+
+            self.model.set_attn_implementation(register())
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.config.eos_token_id
         self.default_end_ids = [eos] if isinstance(eos, int) else list(eos or [])
@@ -124,6 +132,8 @@ class TorchEngine:
             num_blocks=math.ceil(self.meta["max_batch_size"] * self.meta["max_seq_len"] / block),
             max_batch_tokens=self.meta["max_num_tokens"], max_requests_per_batch=self.meta["max_batch_size"],
             per_request_processors=True, seed=seed,
+            # prefix sharing would make a prompt's prefill depend on what ran before it
+            allow_block_sharing=not self.batch_invariant,
         )
         self._manager = self.model.init_continuous_batching(generation_config=gen_cfg, continuous_batching_config=cb_cfg)
         _exact_top1(self._manager)

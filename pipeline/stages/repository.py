@@ -94,7 +94,8 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
     if model == "tensorrt_llm":
         return {"gpt_model_path": "1/engine", "gpt_model_type": "inflight_fused_batching",
                 "tokenizer_dir": "1/engine", "exclude_input_in_output": "true",
-                "max_tokens_cap": str(cfg.serving.max_tokens_cap)}
+                "max_tokens_cap": str(cfg.serving.max_tokens_cap),
+                "batch_invariant": str(cfg.serving.batch_invariant).lower()}
     return {}
 
 
