@@ -136,3 +136,20 @@ def test_a_disk_that_fills_while_writing_leaves_nothing(tiny_checkpoint, isolate
     assert "nothing was kept" in msg
     slot = isolated_home / "artifacts" / "checkpoints" / "tiny" / "v" / "any"
     assert [p.name for p in slot.iterdir()] == [".lock"]
+
+
+@pytest.mark.slow
+def test_engine_target_runs_to_a_repository_without_state(tiny_checkpoint, isolated_home, monkeypatch):
+    """trtllm/ alone (plus tokenizer/) carries the engine target through build and repo."""
+    import sys
+    from pathlib import Path
+
+    standin = Path(__file__).parent / "standin_trtllm_build.py"
+    monkeypatch.setenv("LPX_TRTLLM_BUILD", f"{sys.executable} {standin}")
+    monkeypatch.delenv("STANDIN_FAIL", raising=False)
+    r = runner(tiny_checkpoint, "engine")
+    outcome = r.run(r.cfg.variants, "repo")[0]
+    ck = outcome.artifacts["quantize"]
+    assert exported(ck) == ["tokenizer", "trtllm"]
+    repo = outcome.artifacts["repo:sm90"].path
+    assert (repo / "preprocessing" / "1" / "tokenizer" / "tokenizer.json").is_file()
