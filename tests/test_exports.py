@@ -44,6 +44,10 @@ def test_each_target_gets_only_its_export_and_the_key_says_which(tiny_checkpoint
             == {"engine": ["trtllm"], "llmapi": ["hf"], "torch": ["state"]}[target]
         )
         assert "tokenizer" in exported(art) and (art.path / "tokenizer" / "tokenizer.json").is_file()
+        res = art.manifest["results"]
+        (only,) = res["exports"]
+        assert res["disk"]["written_bytes"][only] > 0 and res["disk"]["estimated_bytes"][only] > 0
+        assert {"load", "calibrate"} <= set(res["host_peak_rss_gib"]) and res["timings"]["calibrate_s"] > 0
     assert len({a.key for a in arts.values()}) == 3
     # a quality gate needs the state lpx eval restores; asked-for exports are added
     gated = runner(tiny_checkpoint, "engine", gate={"max_kl": 1.0})

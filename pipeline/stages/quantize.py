@@ -98,10 +98,12 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
     tokenizer = load_tokenizer(cfg)
     tok_src = cfg.model.tokenizer or cfg.model.checkpoint
     memory: dict[str, dict[str, float]] = {}
+    host: dict[str, float] = {}
     t0 = time.perf_counter()
     model = load_model(cfg, info)
     timings["load_s"] = time.perf_counter() - t0
     gpu_memory("load", memory)
+    host_memory("load", host)
     export_check: dict = {"fixed": [], "checked": []}
     where = f"variant '{variant.name}'"
 
@@ -124,14 +126,17 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
             model = mtq.quantize(model, quant_cfg, forward_loop)
             timings["calibrate_s"] = time.perf_counter() - t0
             gpu_memory("calibrate", memory)
+            host_memory("calibrate", host)
         copy_tokenizer(tok_src, out / TOKENIZER_DIR)
         state = out / ("state" if "state" in exports else SCRATCH_STATE)
         if "state" in exports or scratch_state:
             timings.update(_save_state(model, state, tok_src))
             gpu_memory("save_state", memory)
+            host_memory("save_state", host)
         if "trtllm" in exports:
             timings.update(_export_trtllm(cfg, info, model, out))
             gpu_memory("export_trtllm", memory)
+            host_memory("export_trtllm", host)
             export_check["fixed"] += check_trtllm(info.config, out / "trtllm", where)
             export_check["checked"].append("trtllm")
         if "hf" in exports:
@@ -143,8 +148,10 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
                 timings["restore_s"] = time.perf_counter() - t0
                 notes.append(f"restore: {how}")
                 gpu_memory("restore", memory)
+                host_memory("restore", host)
             timings.update(_export_hf(cfg, variant, info, model, out, tok_src))
             gpu_memory("export_hf", memory)
+            host_memory("export_hf", host)
             export_check["fixed"] += check_hf(info.config, out / "hf", where)
             export_check["checked"].append("hf")
         del model
@@ -160,7 +167,10 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
         "calibration": {"source": calset.source, "sha256": calset.sha256, "samples": len(calset.texts),
                         "seq_len": cfg.calibration.seq_len, "batch_size": cfg.calibration.batch_size},
         "exports": sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != TOKENIZER_DIR),
-        "export_check": export_check, "disk": disk, "notes": notes,
+        "export_check": export_check, "notes": notes,
+        "disk": {**disk, "written_bytes": {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                                           for p in out.iterdir() if p.is_dir()}},
+        "host_peak_rss_gib": host,
         "timings": {k: round(v, 3) for k, v in timings.items()},
         **({"gpu_memory_gib": memory} if memory else {}),
     }
@@ -250,6 +260,13 @@ def gpu_memory(phase: str, into: dict) -> None:
         torch.cuda.synchronize()
         into[phase] = {"allocated": round(torch.cuda.memory_allocated() / 2**30, 3),
                        "peak": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+
+
+def host_memory(phase: str, into: dict) -> None:
+    """Record after `phase` this process's peak resident memory so far (GiB; Linux reports KiB)."""
+    import resource
+
+    into[phase] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
 
 
 def _release_memory() -> None:
