@@ -70,6 +70,21 @@ def write_model(dest: Path, shape: str) -> Path:
     return dest
 
 
+def scratch_dir(shape: str) -> Path | None:
+    """/dev/shm (so disk speed is not measured) when it can hold the checkpoint, a state file and one more
+    bf16-sized export with room to spare; else the system's temporary folder."""
+    from transformers import LlamaConfig
+
+    from pipeline.plan import shape_from_config, weight_bytes
+
+    need = 3.5 * weight_bytes(shape_from_config(LlamaConfig(**SHAPES[shape]).to_dict(), shape), "none")["weight_bytes"]
+    shm = Path("/dev/shm")
+    if os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= need:
+        return shm
+    print(f"/dev/shm cannot hold {need / 2**30:.0f} GiB: working in {tempfile.gettempdir()} (disk speed is measured)")
+    return None
+
+
 def tree_bytes(folder: Path) -> dict[str, int]:
     """Bytes on disk per top-level folder of `folder` (files at the top under '.')."""
     out: dict[str, int] = {}
@@ -264,8 +279,7 @@ def main() -> None:
 
     warnings.filterwarnings("ignore")
     extra = [e for e in args.exports.split(",") if e]
-    shm = Path("/dev/shm")
-    work = Path(tempfile.mkdtemp(prefix="lpx-bench-", dir=args.workdir or (shm if os.access(shm, os.W_OK) else None)))
+    work = Path(tempfile.mkdtemp(prefix="lpx-bench-", dir=args.workdir or scratch_dir(args.shape)))
     t0 = time.perf_counter()
     ckpt = write_model(work / "ckpt", args.shape)
     write_s = time.perf_counter() - t0
