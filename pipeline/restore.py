@@ -56,20 +56,22 @@ def empty_model(config, dtype, device: str) -> tuple[object, str]:
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    buffers = _non_persistent(model)
-    unknown = [
-        f"{type(m).__name__}.{n}"
-        for m, names in buffers.items()
-        for n in names
-        if _rope_buffers(m) is None or n not in ("inv_freq", "original_inv_freq")
-    ]
+    computed, unknown = {}, []
+    for module, names in _non_persistent(model).items():
+        try:  # a transformers version whose rotary module differs falls back rather than failing
+            inv_freq = _rope_buffers(module)
+        except (AttributeError, KeyError, TypeError) as exc:
+            unknown.append(f"{type(module).__name__} ({exc})")
+            continue
+        if inv_freq is None or set(names) - {"inv_freq", "original_inv_freq"}:
+            unknown += [f"{type(module).__name__}.{n}" for n in names]
+        computed[module] = inv_freq
     if unknown:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device)
         return model, f"from_config (random init): LPX cannot compute {', '.join(sorted(set(unknown)))}"
     model = model.to_empty(device=device)
     with torch.no_grad():
-        for module in buffers:
-            inv_freq = _rope_buffers(module)
+        for module, inv_freq in computed.items():
             module.inv_freq.copy_(inv_freq)
             module.original_inv_freq.copy_(inv_freq)
     model.tie_weights()

@@ -122,3 +122,20 @@ def test_hf_export_after_trtllm_restores_through_the_meta_path(models, isolated_
     assert not (both.path / ".clean-copy-state").exists(), (
         "the state written only for the clean copy is removed"
     )
+
+
+@pytest.mark.slow
+def test_a_buffer_lpx_cannot_compute_falls_back_to_from_config(models, isolated_home, monkeypatch):
+    import torch
+
+    from pipeline import restore as restore_mod
+    from pipeline.stages.quantize import restore
+
+    def drifted(module):  # as if a later transformers renamed what the rotary module keeps
+        raise AttributeError("no compute_default_rope_parameters")
+
+    _, art = quantized_state(models["demo"], "fp8")
+    monkeypatch.setattr(restore_mod, "_rope_buffers", drifted)
+    model, how = restore(art.path / "state", "bfloat16", "cpu")
+    assert how.startswith("from_config (random init): LPX cannot compute LlamaRotaryEmbedding")
+    assert_same_model(model, old_restore(art.path / "state", torch.bfloat16), tied=False)
