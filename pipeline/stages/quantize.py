@@ -146,6 +146,8 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
                 t0 = time.perf_counter()
                 model, how = restore(state, cfg.build.dtype)
                 timings["restore_s"] = time.perf_counter() - t0
+                if scratch_state:  # restored: free its disk before the HF export writes (8B: 15 GiB)
+                    shutil.rmtree(state, ignore_errors=True)
                 notes.append(f"restore: {how}")
                 gpu_memory("restore", memory)
                 host_memory("restore", host)
