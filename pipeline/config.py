@@ -13,6 +13,7 @@ from .errors import ConfigError, PipelineError
 
 FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
 KV_CACHE = ("none", "fp8", "int8")
+EXPORTS = ("trtllm", "hf", "state")
 TARGETS = ("engine", "llmapi", "torch")
 TRTLLM_VERSIONS = ("1.2", "0.16")
 STAGES = ("quantize", "eval", "build", "repo", "serve")
@@ -37,6 +38,16 @@ class Quantization(Strict):
     kv_cache: Literal[KV_CACHE] = "none"  # type: ignore[valid-type]
     exclude: list[str] = Field(default_factory=list, description="Glob patterns of modules kept in high precision.")
     awq_block_size: int = Field(128, ge=16, description="Group size for int4_awq / w4a8_awq.")
+    exports: list[Literal[EXPORTS]] = Field(  # type: ignore[valid-type]
+        default_factory=list,
+        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).")
+
+    @field_validator("exports")
+    @classmethod
+    def _exports(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("lists an export twice")
+        return v
 
 
 class Variant(Strict):

@@ -99,6 +99,9 @@ class Runner:
         if info.max_positions and b.max_seq_len > info.max_positions:
             raise PipelineError(f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
                                 f"{info.max_positions} - lower build.max_seq_len", exit_code=2)
+        from .export_check import check_sliding_window
+
+        check_sliding_window(info.config, b.max_seq_len, where)
         for gpu in self.target_gpus():
             from .plan import check_fit
 
@@ -134,16 +137,17 @@ class Runner:
         info, fingerprint = self.checkpoint()
         calset = load_texts(self.cfg.calibration)
         b = self.cfg.build
+        exports = quantize.needed_exports(self.cfg, variant)
         inputs = {
             "checkpoint": fingerprint,
             "quantization": variant.quantization.model_dump(mode="json"),
             "calibration": {**self.cfg.calibration.model_dump(mode="json", exclude={"data"}),
                             "data_sha256": calset.sha256},
-            "export": {"dtype": b.dtype, "tp_size": b.tp_size, "pp_size": b.pp_size},
+            "export": {"dtype": b.dtype, "tp_size": b.tp_size, "pp_size": b.pp_size, "exports": list(exports)},
             "versions": toolchain.versions("torch", "transformers", "modelopt"),
         }
         return self.step("quantize", variant.name, ANY_ARCH, inputs,
-                         lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report))
+                         lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report, exports))
 
     def evaluate(self, variant: Variant, checkpoint: Artifact) -> Artifact:
         from .stages import evaluate
@@ -216,8 +220,12 @@ class Runner:
             "model_repo": file_fingerprint(models) if models.is_dir() else {},
             "versions": toolchain.versions(),
         }
-        # an engine folder holds no tokenizer: the quantize artifact's state/ has it
-        tokenizer = checkpoint.path / "state" if checkpoint is not None and self.cfg.build.target == "engine" else None
+        # an engine folder holds no tokenizer: the quantize artifact's tokenizer/ (or, before it had one, state/) has it
+        tokenizer = None
+        if checkpoint is not None and self.cfg.build.target == "engine":
+            tokenizer = checkpoint.path / "tokenizer"
+            if not tokenizer.is_dir():
+                tokenizer = checkpoint.path / "state"
         return self.step("repo", variant.name, arch, inputs,
                          lambda out: repository.write_repository(out, engine.path, self.cfg, tokenizer_dir=tokenizer))
 

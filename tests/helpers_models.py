@@ -18,3 +18,63 @@ def load_model_module(name: str) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# Tiny stand-ins for real models: each published config.json's rope / norm / activation / tie / window
+# settings (and its transformers 4.x spelling) on small, seeded weights. Values from the models' config.json
+# files on the Hugging Face Hub.
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=512)
+REAL_CONFIGS = {
+    "llama-3.1-8b": dict(model_type="llama", architectures=["LlamaForCausalLM"], rope_theta=500000.0,
+                         rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                         max_position_embeddings=131072, rms_norm_eps=1e-05, hidden_act="silu",
+                         tie_word_embeddings=False),
+    "llama-3.2-1b": dict(model_type="llama", architectures=["LlamaForCausalLM"], rope_theta=500000.0,
+                         rope_scaling={"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                         max_position_embeddings=131072, rms_norm_eps=1e-05, hidden_act="silu",
+                         tie_word_embeddings=True, head_dim=16),
+    "qwen2.5-0.5b": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], rope_theta=1000000.0,
+                         rope_scaling=None, max_position_embeddings=32768, rms_norm_eps=1e-06, hidden_act="silu",
+                         tie_word_embeddings=True, sliding_window=32768, use_sliding_window=False,
+                         max_window_layers=21),
+    "mistral-7b-v0.3": dict(model_type="mistral", architectures=["MistralForCausalLM"], rope_theta=1000000.0,
+                            max_position_embeddings=32768, rms_norm_eps=1e-05, hidden_act="silu",
+                            tie_word_embeddings=False, sliding_window=None, head_dim=16),
+    # Qwen2.5-7B-Instruct's documented long-context setting (its model card's rope_scaling for YaRN)
+    "qwen2.5-7b-yarn": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], rope_theta=1000000.0,
+                            rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"},
+                            max_position_embeddings=131072, rms_norm_eps=1e-06, hidden_act="silu",
+                            tie_word_embeddings=False, sliding_window=131072, use_sliding_window=False),
+}
+
+
+def write_tiny_model(dest: Path, name: str, seed: int = 0, **override) -> Path:
+    """A seeded tiny checkpoint (safetensors + the demo's tokenizer) whose config.json carries the real
+    model's settings in the transformers 4.x spelling (rope_theta / rope_scaling), as the Hub ships them."""
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.demo import _train_tokenizer, corpus_text, paragraphs
+
+    raw = {**TINY, **REAL_CONFIGS[name], **override}
+    tok = _train_tokenizer(paragraphs(corpus_text()), vocab_size=TINY["vocab_size"])
+    raw.update(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+               vocab_size=len(tok))
+    model_type = raw.pop("model_type")
+    config = AutoConfig.for_model(model_type, **raw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(dest, safe_serialization=True)
+    tok.save_pretrained(dest)
+    # write the Hub's 4.x spelling, so both readers of the source config are exercised
+    saved = json.loads((dest / "config.json").read_text())
+    saved.pop("rope_parameters", None)
+    saved["rope_theta"] = raw["rope_theta"]
+    saved["rope_scaling"] = raw.get("rope_scaling")
+    (dest / "config.json").write_text(json.dumps(saved, indent=2))
+    return dest

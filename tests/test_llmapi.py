@@ -35,6 +35,9 @@ def _quantized(tmp_path: Path, with_hf: bool = True) -> Path:
         (ckpt / "hf").mkdir()
         for name in HF_FILES:
             (ckpt / "hf" / name).write_text(f"placeholder {name}\n")
+        # the options are checked against the checkpoint's config (pipeline/export_check.py)
+        (ckpt / "hf" / "config.json").write_text(json.dumps({
+            "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 512, "max_position_embeddings": 2048}))
     return ckpt
 
 

@@ -40,11 +40,10 @@ def test_quantize_build_cached_then_changed(demo_config, isolated_home):
     assert manifest["complete"] and manifest["key"] == ckpt_dir.name
     assert manifest["versions"]["modelopt"] and manifest["results"]["calibration"]["samples"] == 16
     assert manifest["results"]["calibration"]["source"] == "lpx:calibration.txt"
-    trt = json.loads((ckpt_dir / "trtllm" / "config.json").read_text())
-    assert trt["quantization"]["quant_algo"] == "FP8"
-    assert (ckpt_dir / "trtllm" / "rank0.safetensors").is_file()
-    assert (ckpt_dir / "hf" / "hf_quant_config.json").is_file() and (ckpt_dir / "hf" / "tokenizer.json").is_file()
+    # target torch: only the ModelOpt state is written (issue 12)
+    assert manifest["results"]["exports"] == ["state"]
     assert (ckpt_dir / "state" / "modelopt_state.pth").is_file()
+    assert not (ckpt_dir / "trtllm").exists() and not (ckpt_dir / "hf").exists()
 
     second = lpx("run", "-c", str(demo_config), "--until", "build", env_home=isolated_home)
     assert second.returncode == 0, second.stderr
@@ -55,6 +54,16 @@ def test_quantize_build_cached_then_changed(demo_config, isolated_home):
     assert third.returncode == 0, third.stderr
     assert "changed: calibration.samples: 16 -> 8" in third.stderr
     assert "changed: checkpoint_key:" in third.stderr  # the build after it re-runs too
+
+    _edit(demo_config, lambda d: d["variants"][0]["quantization"].update(exports=["trtllm", "hf"]))
+    fourth = lpx("run", "-c", str(demo_config), "--until", "quantize", env_home=isolated_home)
+    assert fourth.returncode == 0, fourth.stderr
+    assert "changed: export.exports:" in fourth.stderr
+    (ckpt_dir,) = [d for d in slot.iterdir() if (d / "trtllm").is_dir()]
+    trt = json.loads((ckpt_dir / "trtllm" / "config.json").read_text())
+    assert trt["quantization"]["quant_algo"] == "FP8" and trt["rotary_base"] == 10000.0
+    assert (ckpt_dir / "trtllm" / "rank0.safetensors").is_file()
+    assert (ckpt_dir / "hf" / "hf_quant_config.json").is_file() and (ckpt_dir / "hf" / "tokenizer.json").is_file()
 
 
 @pytest.mark.slow

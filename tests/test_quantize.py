@@ -17,14 +17,15 @@ from pipeline.recipes import KV_ALGO, QUANT_ALGO, TRTLLM_SUPPORTS
 from pipeline.runner import Runner
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "trtllm_checkpoint.json").read_text())
+ALL = ["trtllm", "hf"]  # beside the torch target's state/: every export, for the contract checks
 VARIANTS = [
-    {"name": "bf16", "quantization": {"format": "none"}},
-    {"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8"}},
-    {"name": "int4_awq", "quantization": {"format": "int4_awq", "awq_block_size": 64}},
-    {"name": "w4a8_awq", "quantization": {"format": "w4a8_awq", "awq_block_size": 32, "kv_cache": "fp8"}},
-    {"name": "int8_sq", "quantization": {"format": "int8_sq", "kv_cache": "int8"}},
-    {"name": "nvfp4", "quantization": {"format": "nvfp4", "kv_cache": "fp8"}},
-    {"name": "fp8_mlp_only", "quantization": {"format": "fp8", "exclude": ["*self_attn*"]}},
+    {"name": "bf16", "quantization": {"format": "none", "exports": ALL}},
+    {"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8", "exports": ALL}},
+    {"name": "int4_awq", "quantization": {"format": "int4_awq", "awq_block_size": 64, "exports": ALL}},
+    {"name": "w4a8_awq", "quantization": {"format": "w4a8_awq", "awq_block_size": 32, "kv_cache": "fp8", "exports": ALL}},
+    {"name": "int8_sq", "quantization": {"format": "int8_sq", "kv_cache": "int8", "exports": ALL}},
+    {"name": "nvfp4", "quantization": {"format": "nvfp4", "kv_cache": "fp8", "exports": ALL}},
+    {"name": "fp8_mlp_only", "quantization": {"format": "fp8", "exclude": ["*self_attn*"], "exports": ALL}},
 ]
 
 

@@ -47,22 +47,20 @@ def read_meta(engine_dir: Path) -> dict[str, Any]:
 
 
 def load_model(engine_dir: Path, device: str | None = None):
-    """Rebuild the quantized model: the HF config, then the ModelOpt state and weights (bit-identical)."""
-    import modelopt.torch.opt as mto
+    """Rebuild the quantized model: the HF config, then the ModelOpt state and weights (bit-identical),
+    built on the meta device and filled by the restore, with no weight initialization (pipeline/restore.py)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ..restore import restore_state
 
     engine_dir = Path(engine_dir)
     meta = read_meta(engine_dir)
     dtype = getattr(torch, meta["dtype"])
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(engine_dir), dtype=dtype)
     try:
-        mto.restore(model, str(engine_dir / meta["state_file"]))
+        model, _ = restore_state(engine_dir, engine_dir / meta["state_file"], dtype, device or "cpu")
     except Exception as exc:  # a corrupt or foreign state file
         raise PipelineError(f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine") from None
-    if device:
-        model = model.to(device)
-    return model.eval()
+    return model
 
 
 def _exact_top1(manager) -> None:

@@ -35,6 +35,10 @@ def engine_command(cfg: Config, variant: Variant, checkpoint: Path, arch: str, o
 
 def run(cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, report: Reporter | None = None) -> dict:
     target = cfg.build.target
+    needs = {"engine": "trtllm/config.json", "torch": f"state/{STATE_FILE}"}.get(target)
+    if needs and not (checkpoint / needs).is_file():
+        raise PipelineError(f"The quantize artifact {checkpoint} has no {needs} (build.target {target} reads it) - "
+                            f"re-run 'lpx quantize' for variant '{variant.name}'")
     if target == "engine":
         return _run_engine(cfg, variant, checkpoint, arch, out, report or Reporter())
     if target == "llmapi":

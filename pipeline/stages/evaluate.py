@@ -14,7 +14,7 @@ from ..checkpoint import CheckpointInfo
 from ..config import Config, QualityGate, Variant
 from ..errors import PipelineError
 from ..progress import Reporter
-from .quantize import device, load_model, load_tokenizer, restore
+from .quantize import STATE_FILE, device, load_model, load_tokenizer, restore
 
 CUDA_ONLY = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant kernels need CUDA (calibration and export do not)
 METRICS = ("kl_mean", "top1_agreement", "ppl_baseline", "ppl_quantized", "ppl_increase_pct")
@@ -27,9 +27,12 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, checkpoint: Path, t
     if variant.quantization.format in CUDA_ONLY and device() != "cuda":
         return {"skipped": f"format '{variant.quantization.format}' is simulated by ModelOpt on CUDA only; "
                            "run 'lpx eval' on a GPU machine"}
+    if not (checkpoint / "state" / STATE_FILE).is_file():
+        return {"skipped": "the quantize artifact has no state/ export (build.target does not need it and no "
+                           "quality_gate is set) - set a quality_gate or add 'state' to quantization.exports"}
     tokenizer = load_tokenizer(cfg)
     base = load_model(cfg, info)
-    quant = restore(checkpoint / "state", cfg.build.dtype)
+    quant, _ = restore(checkpoint / "state", cfg.build.dtype)
     kl = agree = nll_b = nll_q = 0.0
     tokens = 0
     with torch.no_grad(), report.task(f"evaluating {variant.name}", total=len(texts.texts)) as advance:

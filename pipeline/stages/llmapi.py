@@ -10,6 +10,7 @@ Every option name is checked by the tests against tests/contracts/trtllm_llmapi_
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,7 @@ import yaml
 from ..artifacts import link_tree
 from ..config import Config, Variant
 from ..errors import PipelineError
+from ..export_check import check_llmapi_options
 
 CHECKPOINT_DIR = "checkpoint"
 OPTIONS_FILE = "llm_api_options.yaml"
@@ -78,8 +80,11 @@ def write_llmapi(cfg: Config, variant: Variant, checkpoint: Path, out: Path) -> 
     """Write the llmapi build folder `out` from the quantize artifact folder `checkpoint`."""
     hf = _check(cfg, variant, checkpoint)
     out = Path(out)
-    files, nbytes = link_tree(hf, out / CHECKPOINT_DIR)
     options = llmapi_options(cfg, variant)
+    # the quantize stage checked hf/config.json against the source; these options must not contradict it
+    check_llmapi_options(json.loads((hf / "config.json").read_text(encoding="utf-8")), options,
+                         f"variant '{variant.name}'")
+    files, nbytes = link_tree(hf, out / CHECKPOINT_DIR)
     (out / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False))
     q = variant.quantization
     model = {"backend": "pytorch", "model": CHECKPOINT_DIR, "options": OPTIONS_FILE,
