@@ -115,7 +115,12 @@ def read_manifest(folder: Path) -> dict | None:
         m = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(m, dict) or m.get("schema") != SCHEMA or m.get("key") != folder.name or not m.get("complete"):
+    if (
+        not isinstance(m, dict)
+        or m.get("schema") != SCHEMA
+        or m.get("key") != folder.name
+        or not m.get("complete")
+    ):
         return None
     return m
 

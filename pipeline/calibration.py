@@ -30,13 +30,17 @@ def read_texts(path: Path, field: str, key: str, field_key: str) -> tuple[list[s
     """Text samples of a .txt (one per paragraph) or .jsonl (`field` of each line) file, and its bytes.
     `key`/`field_key` name the setting in error messages (e.g. calibration.data, --dataset)."""
     if not path.is_file():
-        raise PipelineError(f"{key}: no file at {path} - give a .txt or .jsonl file, or remove it to use "
-                            "LPX's built-in text", exit_code=2)
+        raise PipelineError(
+            f"{key}: no file at {path} - give a .txt or .jsonl file, or remove it to use LPX's built-in text",
+            exit_code=2,
+        )
     raw = path.read_bytes()
     try:
         content = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PipelineError(f"{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2) from None
+        raise PipelineError(
+            f"{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", 2
+        ) from None
     if path.suffix != ".jsonl":
         return _paragraphs(content), raw
     texts = []
@@ -46,8 +50,11 @@ def read_texts(path: Path, field: str, key: str, field_key: str) -> tuple[list[s
         try:
             value = json.loads(line)[field]
         except (ValueError, KeyError, TypeError):
-            raise PipelineError(f"{key}: {path} line {n} is not a JSON object with a '{field}' field - "
-                                f"fix the line or set {field_key}", exit_code=2) from None
+            raise PipelineError(
+                f"{key}: {path} line {n} is not a JSON object with a '{field}' field - "
+                f"fix the line or set {field_key}",
+                exit_code=2,
+            ) from None
         if isinstance(value, str) and value.strip():
             texts.append(value.strip())
     return texts, raw
@@ -67,7 +74,9 @@ def load_texts(cal: Calibration | Evaluation, key: str = "calibration") -> Calib
     if len(texts) < cal.samples:
         raise PipelineError(
             f"{key}: {source} has {len(texts)} samples but {key}.samples asks for {cal.samples} - "
-            f"lower {key}.samples or give a larger {key}.data file", exit_code=2)
+            f"lower {key}.samples or give a larger {key}.data file",
+            exit_code=2,
+        )
     return CalibrationSet(source, texts[: cal.samples], hashlib.sha256(raw).hexdigest()[:16])
 
 
@@ -76,6 +85,7 @@ def batches(tokenizer, texts: list[str], seq_len: int, batch_size: int):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     for i in range(0, len(texts), batch_size):
-        enc = tokenizer(texts[i : i + batch_size], return_tensors="pt", padding=True, truncation=True,
-                        max_length=seq_len)
+        enc = tokenizer(
+            texts[i : i + batch_size], return_tensors="pt", padding=True, truncation=True, max_length=seq_len
+        )
         yield enc["input_ids"], enc["attention_mask"]

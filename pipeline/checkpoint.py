@@ -10,8 +10,14 @@ from pathlib import Path
 from .errors import PipelineError
 
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
 )
 
 
@@ -40,12 +46,18 @@ class CheckpointInfo:
         return int(v) if v else None
 
 
-def inspect_checkpoint(path: Path, allow_pickle: bool = False, key: str = "model.checkpoint") -> CheckpointInfo:
+def inspect_checkpoint(
+    path: Path, allow_pickle: bool = False, key: str = "model.checkpoint"
+) -> CheckpointInfo:
     path = Path(path)
     if not path.exists():
-        raise PipelineError(f"{key}: no checkpoint folder at {path} - point {key} at a local Hugging Face checkpoint")
+        raise PipelineError(
+            f"{key}: no checkpoint folder at {path} - point {key} at a local Hugging Face checkpoint"
+        )
     if not path.is_dir():
-        raise PipelineError(f"{key}: {path} is a file; {key} must be the checkpoint folder that holds config.json")
+        raise PipelineError(
+            f"{key}: {path} is a file; {key} must be the checkpoint folder that holds config.json"
+        )
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise PipelineError(
@@ -55,11 +67,17 @@ def inspect_checkpoint(path: Path, allow_pickle: bool = False, key: str = "model
     try:
         config = json.loads(cfg_file.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise PipelineError(f"{key}: {cfg_file} is not valid JSON ({exc}) - re-download the checkpoint") from None
+        raise PipelineError(
+            f"{key}: {cfg_file} is not valid JSON ({exc}) - re-download the checkpoint"
+        ) from None
     safetensors = sorted(path.glob("*.safetensors"))
-    pickles = sorted(p for p in path.glob("*.bin") if p.name != "training_args.bin") + sorted(path.glob("*.pt"))
+    pickles = sorted(p for p in path.glob("*.bin") if p.name != "training_args.bin") + sorted(
+        path.glob("*.pt")
+    )
     if not safetensors and not pickles:
-        raise PipelineError(f"{key}: {path} holds no weights (*.safetensors) - the download may be incomplete")
+        raise PipelineError(
+            f"{key}: {path} holds no weights (*.safetensors) - the download may be incomplete"
+        )
     pickle_only = not safetensors
     if pickle_only and not allow_pickle:
         raise PipelineError(

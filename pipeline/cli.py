@@ -29,11 +29,20 @@ def _config(path: Path | None, report: Reporter) -> Config:
     return load_config(path)
 
 
-config_option = click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
-                             help="lpx.yaml to use (default: $LPX_CONFIG, ./lpx.yaml, else the built-in demo).")
-variant_option = click.option("--variant", "variants", multiple=True, help="Only these variants (repeatable).")
+config_option = click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="lpx.yaml to use (default: $LPX_CONFIG, ./lpx.yaml, else the built-in demo).",
+)
+variant_option = click.option(
+    "--variant", "variants", multiple=True, help="Only these variants (repeatable)."
+)
 force_option = click.option("--force", is_flag=True, help="Re-run the stage even if a cached result matches.")
-skip_gate_option = click.option("--skip-gate", is_flag=True, help="Build variants that fail quality_gate (with a warning).")
+skip_gate_option = click.option(
+    "--skip-gate", is_flag=True, help="Build variants that fail quality_gate (with a warning)."
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,7 +67,9 @@ def init(directory: Path) -> None:
 @cli.command()
 @config_option
 @variant_option
-@click.option("--until", type=click.Choice(STAGES), default="serve", show_default=True, help="Last stage to run.")
+@click.option(
+    "--until", type=click.Choice(STAGES), default="serve", show_default=True, help="Last stage to run."
+)
 @force_option
 @skip_gate_option
 def run(config_path, variants, until, force, skip_gate) -> None:
@@ -68,8 +79,16 @@ def run(config_path, variants, until, force, skip_gate) -> None:
     _run(cfg, variants, until, set(STAGES) if force else set(), report, smoke=True, skip_gate=skip_gate)
 
 
-def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, smoke: bool,
-         skip_gate: bool = False, dry_run: bool = False) -> list:
+def _run(
+    cfg: Config,
+    variants,
+    until: str,
+    force: set[str],
+    report: Reporter,
+    smoke: bool,
+    skip_gate: bool = False,
+    dry_run: bool = False,
+) -> list:
     from .runner import Runner
 
     selected = cfg.select(variants)
@@ -98,8 +117,10 @@ def _run(cfg: Config, variants, until: str, force: set[str], report: Reporter, s
             serve_and_check(cfg, variant, repo, report, stdout_console())
         return outcomes
     if len(chosen) != 1:
-        raise PipelineError(f"'lpx serve' serves one variant; pick one with --variant (have: {', '.join(chosen)})", 2)
-    (variant, repo), = chosen.items()
+        raise PipelineError(
+            f"'lpx serve' serves one variant; pick one with --variant (have: {', '.join(chosen)})", 2
+        )
+    ((variant, repo),) = chosen.items()
     serve_forever_repo(cfg, variant, repo, report)
     return outcomes
 
@@ -113,21 +134,38 @@ def _stage_command(stage: str, doc: str, dry_run: bool = False):
     def command(config_path, variants, force, skip_gate, **extra) -> None:
         report = Reporter()
         cfg = _config(config_path, report)
-        _run(cfg, variants, stage, {stage} if force else set(), report, smoke=False, skip_gate=skip_gate,
-             dry_run=extra.get("dry_run", False))
+        _run(
+            cfg,
+            variants,
+            stage,
+            {stage} if force else set(),
+            report,
+            smoke=False,
+            skip_gate=skip_gate,
+            dry_run=extra.get("dry_run", False),
+        )
 
     if dry_run:
-        command = click.option("--dry-run", is_flag=True,
-                               help="Print the build command and why each flag is set; build nothing.")(command)
+        command = click.option(
+            "--dry-run", is_flag=True, help="Print the build command and why each flag is set; build nothing."
+        )(command)
     return command
 
 
 _stage_command("quantize", "Quantize each variant with ModelOpt and export its checkpoints.")
-_stage_command("eval", "Measure each variant against the unquantized model (KL, top-1 agreement, perplexity) "
-               "and apply quality_gate.")
-_stage_command("build", "Build the engine of each variant per GPU arch (runs quantize and eval first where needed).",
-               dry_run=True)
-_stage_command("repo", "Write the Triton model repository of each variant (runs earlier stages where needed).")
+_stage_command(
+    "eval",
+    "Measure each variant against the unquantized model (KL, top-1 agreement, perplexity) "
+    "and apply quality_gate.",
+)
+_stage_command(
+    "build",
+    "Build the engine of each variant per GPU arch (runs quantize and eval first where needed).",
+    dry_run=True,
+)
+_stage_command(
+    "repo", "Write the Triton model repository of each variant (runs earlier stages where needed)."
+)
 
 
 @cli.command()
@@ -147,7 +185,10 @@ def serve(config_path, variants, force, skip_gate, host) -> None:
 
 @cli.command()
 @click.argument("prompt")
-@click.option("--url", help="host:port of Triton (gRPC port, or HTTP port with --http). Default: the running 'lpx serve'.")
+@click.option(
+    "--url",
+    help="host:port of Triton (gRPC port, or HTTP port with --http). Default: the running 'lpx serve'.",
+)
 @click.option("--model", default="ensemble", show_default=True)
 @click.option("--max-tokens", default=64, show_default=True, type=int)
 @click.option("--temperature", type=float, default=None)
@@ -162,9 +203,12 @@ def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http
     if url is None:
         info = running_server()
         url = info["http_url"] if use_http else info["grpc_url"]
-    params = {k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None}
-    for chunk in generate_stream(url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc",
-                                 **params):
+    params = {
+        k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
+    }
+    for chunk in generate_stream(
+        url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
+    ):
         click.echo(chunk.text, nl=False)
     click.echo()
 
@@ -208,8 +252,16 @@ def artifacts_list(as_json) -> None:
 
     arts = Store().all()
     if as_json:
-        click.echo(json.dumps([{k: a.manifest[k] for k in ("stage", "model", "variant", "arch", "key", "created")}
-                               | {"path": str(a.path)} for a in arts], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {k: a.manifest[k] for k in ("stage", "model", "variant", "arch", "key", "created")}
+                    | {"path": str(a.path)}
+                    for a in arts
+                ],
+                indent=2,
+            )
+        )
         return
     if not arts:
         click.echo("no artifacts yet - run 'lpx run'")
@@ -231,9 +283,14 @@ def artifacts_path(stage, model, variant, arch) -> None:
     if not any((stage, model, variant, arch)):
         click.echo(store.root)
         return
-    arts = [a for a in store.all()
-            if (stage is None or a.stage == stage) and (model is None or a.manifest["model"] == model)
-            and (variant is None or a.manifest["variant"] == variant) and (arch is None or a.manifest["arch"] == arch)]
+    arts = [
+        a
+        for a in store.all()
+        if (stage is None or a.stage == stage)
+        and (model is None or a.manifest["model"] == model)
+        and (variant is None or a.manifest["variant"] == variant)
+        and (arch is None or a.manifest["arch"] == arch)
+    ]
     if not arts:
         raise PipelineError("No artifact matches - 'lpx artifacts list' shows what exists", exit_code=1)
     click.echo(max(arts, key=lambda a: a.manifest.get("created", 0)).path)
@@ -265,7 +322,9 @@ _register_tools()
 
 
 def main() -> None:
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # the runner silences the rest when it loads them
+    os.environ.setdefault(
+        "TRANSFORMERS_VERBOSITY", "error"
+    )  # the runner silences the rest when it loads them
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     debug = bool(os.environ.get("LPX_DEBUG"))
     try:
@@ -288,5 +347,7 @@ def main() -> None:
         if debug:
             raise
         click.secho(f"error: unexpected {type(exc).__name__}: {exc}", err=True, fg="red")
-        click.echo("This is a bug or an unsupported setup; re-run with LPX_DEBUG=1 for the traceback.", err=True)
+        click.echo(
+            "This is a bug or an unsupported setup; re-run with LPX_DEBUG=1 for the traceback.", err=True
+        )
         sys.exit(1)

@@ -78,8 +78,15 @@ def _decode(arr: np.ndarray | None) -> str:
     return "".join(x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in arr.reshape(-1))
 
 
-def generate_stream(url: str, prompt: str, max_tokens: int, model: str = "ensemble", protocol: str = "grpc",
-                    timeout_s: float = 600.0, **params: Any) -> Iterator[Chunk]:
+def generate_stream(
+    url: str,
+    prompt: str,
+    max_tokens: int,
+    model: str = "ensemble",
+    protocol: str = "grpc",
+    timeout_s: float = 600.0,
+    **params: Any,
+) -> Iterator[Chunk]:
     """Yield text chunks as the server produces them; PipelineError on any server or connection error."""
     if protocol == "grpc":
         return _grpc_stream(url, prompt, max_tokens, model, timeout_s, params)
@@ -88,8 +95,15 @@ def generate_stream(url: str, prompt: str, max_tokens: int, model: str = "ensemb
     raise PipelineError(f"Unknown protocol {protocol!r} - use 'grpc' or 'http'")
 
 
-def generate(url: str, prompt: str, max_tokens: int, model: str = "ensemble", protocol: str = "grpc",
-             timeout_s: float = 600.0, **params: Any) -> Result:
+def generate(
+    url: str,
+    prompt: str,
+    max_tokens: int,
+    model: str = "ensemble",
+    protocol: str = "grpc",
+    timeout_s: float = 600.0,
+    **params: Any,
+) -> Result:
     """Collect a stream: text, time to first chunk, total time, chunk count, chunks/s after the first."""
     t0 = time.perf_counter()
     parts: list[str] = []
@@ -108,14 +122,22 @@ def generate(url: str, prompt: str, max_tokens: int, model: str = "ensemble", pr
 def _grpc_error(url: str, model: str, err: Exception) -> PipelineError:
     msg = str(err)
     status = getattr(err, "status", lambda: None)()
-    if "UNAVAILABLE" in str(status) or "failed to connect" in msg.lower() or "connection refused" in msg.lower():
+    if (
+        "UNAVAILABLE" in str(status)
+        or "failed to connect" in msg.lower()
+        or "connection refused" in msg.lower()
+    ):
         return PipelineError(f"Cannot reach Triton gRPC at {url} - {START_HINT}", detail=msg)
-    return PipelineError(f"Triton refused the request to model '{model}' at {url}: {msg} - "
-                         "check the model name and its inputs ('lpx repo' writes the repository)", detail=msg)
+    return PipelineError(
+        f"Triton refused the request to model '{model}' at {url}: {msg} - "
+        "check the model name and its inputs ('lpx repo' writes the repository)",
+        detail=msg,
+    )
 
 
-def _grpc_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: float,
-                 params: dict[str, Any]) -> Iterator[Chunk]:
+def _grpc_stream(
+    url: str, prompt: str, max_tokens: int, model: str, timeout_s: float, params: dict[str, Any]
+) -> Iterator[Chunk]:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -127,8 +149,11 @@ def _grpc_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: 
         inputs.append(inp)
     outputs: queue.Queue[tuple[float, Any, Any]] = queue.Queue()
     size = 2**31 - 1
-    direct = [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
-              ("grpc.enable_http_proxy", 0)]
+    direct = [
+        ("grpc.max_send_message_length", size),
+        ("grpc.max_receive_message_length", size),
+        ("grpc.enable_http_proxy", 0),
+    ]
     client = grpcclient.InferenceServerClient(url, channel_args=direct if _loopback(url) else None)
     done = False
     try:
@@ -138,8 +163,10 @@ def _grpc_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: 
             try:
                 t, result, error = outputs.get(timeout=timeout_s)
             except queue.Empty:
-                raise PipelineError(f"No response from {url} for {timeout_s:.0f} s - "
-                                    "check the server's log or raise the timeout") from None
+                raise PipelineError(
+                    f"No response from {url} for {timeout_s:.0f} s - "
+                    "check the server's log or raise the timeout"
+                ) from None
             if error is not None:
                 raise _grpc_error(url, model, error)
             text = _decode(result.as_numpy("text_output"))
@@ -174,8 +201,9 @@ def _first_error(outputs: queue.Queue[tuple[float, Any, Any]], wait_s: float = 2
 
 
 # -- HTTP -------------------------------------------------------------------------------------------
-def _http_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: float,
-                 params: dict[str, Any]) -> Iterator[Chunk]:
+def _http_stream(
+    url: str, prompt: str, max_tokens: int, model: str, timeout_s: float, params: dict[str, Any]
+) -> Iterator[Chunk]:
     import requests
 
     base = url if url.startswith(("http://", "https://")) else f"http://{url}"
@@ -185,13 +213,19 @@ def _http_stream(url: str, prompt: str, max_tokens: int, model: str, timeout_s: 
     with requests.Session() as session:
         session.trust_env = not _loopback(url)
         try:
-            resp = session.post(f"{base}/v2/models/{model}/generate_stream", json=body, stream=True,
-                                timeout=(10, timeout_s), headers={"Connection": "close"})
+            resp = session.post(
+                f"{base}/v2/models/{model}/generate_stream",
+                json=body,
+                stream=True,
+                timeout=(10, timeout_s),
+                headers={"Connection": "close"},
+            )
         except requests.ConnectionError as e:
             raise PipelineError(f"Cannot reach Triton HTTP at {url} - {START_HINT}", detail=str(e)) from None
         except requests.Timeout as e:
-            raise PipelineError(f"No response from {url} for {timeout_s:.0f} s - check the server's log",
-                                detail=str(e)) from None
+            raise PipelineError(
+                f"No response from {url} for {timeout_s:.0f} s - check the server's log", detail=str(e)
+            ) from None
         with resp:
             yield from _sse_chunks(resp, url, model)
 
@@ -204,8 +238,11 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
             msg = resp.json().get("error", resp.text)
         except ValueError:
             msg = resp.text
-        raise PipelineError(f"Triton refused the request to model '{model}' at {url} (HTTP {resp.status_code}): "
-                            f"{msg} - check the model name and its inputs", detail=msg)
+        raise PipelineError(
+            f"Triton refused the request to model '{model}' at {url} (HTTP {resp.status_code}): "
+            f"{msg} - check the model name and its inputs",
+            detail=msg,
+        )
     try:
         for line in resp.iter_lines(decode_unicode=False):
             if not line.startswith(b"data:"):
@@ -213,8 +250,10 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
             t = time.perf_counter()
             event = json.loads(line[5:])
             if "error" in event:
-                raise PipelineError(f"Triton failed the request to model '{model}' at {url}: {event['error']}",
-                                    detail=str(event["error"]))
+                raise PipelineError(
+                    f"Triton failed the request to model '{model}' at {url}: {event['error']}",
+                    detail=str(event["error"]),
+                )
             text = event.get("text_output", "")
             text = "".join(text) if isinstance(text, list) else str(text)
             ids = event.get("output_ids")

@@ -27,20 +27,27 @@ class Strict(BaseModel):
 
 class ModelSection(Strict):
     name: str = Field(pattern=NAME_RE, description="Short name; used in artifact paths.")
-    checkpoint: Path = Field(description="Local Hugging Face checkpoint folder (config.json + *.safetensors).")
+    checkpoint: Path = Field(
+        description="Local Hugging Face checkpoint folder (config.json + *.safetensors)."
+    )
     tokenizer: Path | None = Field(None, description="Tokenizer folder, if not inside the checkpoint.")
-    allow_pickle: bool = Field(False, description="Allow loading pickle-only weights (*.bin). Off: they can run code.")
+    allow_pickle: bool = Field(
+        False, description="Allow loading pickle-only weights (*.bin). Off: they can run code."
+    )
     trust_remote_code: bool = Field(False, description="Allow the checkpoint's own Python code to run.")
 
 
 class Quantization(Strict):
     format: Literal[FORMATS] = "none"  # type: ignore[valid-type]
     kv_cache: Literal[KV_CACHE] = "none"  # type: ignore[valid-type]
-    exclude: list[str] = Field(default_factory=list, description="Glob patterns of modules kept in high precision.")
+    exclude: list[str] = Field(
+        default_factory=list, description="Glob patterns of modules kept in high precision."
+    )
     awq_block_size: int = Field(128, ge=16, description="Group size for int4_awq / w4a8_awq.")
     exports: list[Literal[EXPORTS]] = Field(  # type: ignore[valid-type]
         default_factory=list,
-        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).")
+        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).",
+    )
 
     @field_validator("exports")
     @classmethod
@@ -56,7 +63,9 @@ class Variant(Strict):
 
 
 class Calibration(Strict):
-    data: Path | None = Field(None, description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text if unset.")
+    data: Path | None = Field(
+        None, description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text if unset."
+    )
     jsonl_field: str = "text"
     samples: int = Field(32, ge=1)
     seq_len: int = Field(256, ge=8)
@@ -64,7 +73,9 @@ class Calibration(Strict):
 
 
 class Evaluation(Strict):
-    data: Path | None = Field(None, description="Held-out .txt/.jsonl text; LPX's own held-out text if unset.")
+    data: Path | None = Field(
+        None, description="Held-out .txt/.jsonl text; LPX's own held-out text if unset."
+    )
     jsonl_field: str = "text"
     samples: int = Field(10, ge=1)
     seq_len: int = Field(256, ge=8)
@@ -73,15 +84,22 @@ class Evaluation(Strict):
 class QualityGate(Strict):
     """Limits a quantized variant must meet against the unquantized model before it is built."""
 
-    max_kl: float | None = Field(None, ge=0, description="Largest mean KL divergence of next-token distributions.")
-    min_top1_agreement: float | None = Field(None, ge=0, le=1, description="Smallest share of equal argmax tokens.")
-    max_ppl_increase_pct: float | None = Field(None, ge=0, description="Largest perplexity increase, percent.")
+    max_kl: float | None = Field(
+        None, ge=0, description="Largest mean KL divergence of next-token distributions."
+    )
+    min_top1_agreement: float | None = Field(
+        None, ge=0, le=1, description="Smallest share of equal argmax tokens."
+    )
+    max_ppl_increase_pct: float | None = Field(
+        None, ge=0, description="Largest perplexity increase, percent."
+    )
 
 
 class Build(Strict):
     target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
     trtllm_version: Literal[TRTLLM_VERSIONS] = Field(  # type: ignore[valid-type]
-        "1.2", description="TensorRT-LLM line the engine/checkpoint must load in: 1.2 (1.2.x) or 0.16.")
+        "1.2", description="TensorRT-LLM line the engine/checkpoint must load in: 1.2 (1.2.x) or 0.16."
+    )
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_batch_size: int = Field(8, ge=1)
@@ -91,15 +109,20 @@ class Build(Strict):
     tp_size: int = Field(1, ge=1)
     pp_size: int = Field(1, ge=1)
     timeout_s: float = Field(3600, gt=0, description="trtllm-build is killed after this many seconds.")
-    gpu: str | None = Field(None, description="Target GPU model for the memory check (e.g. h100-sxm, l4); "
-                                              "default: the GPU present, when its arch is being built.")
+    gpu: str | None = Field(
+        None,
+        description="Target GPU model for the memory check (e.g. h100-sxm, l4); "
+        "default: the GPU present, when its arch is being built.",
+    )
 
     @field_validator("archs")
     @classmethod
     def _archs(cls, v: list[str]) -> list[str]:
         for a in v:
             if not re.match(ARCH_RE, a):
-                raise ValueError(f"'{a}' is not a GPU architecture; use the SM name, e.g. sm80, sm89, sm90, sm100")
+                raise ValueError(
+                    f"'{a}' is not a GPU architecture; use the SM name, e.g. sm80, sm89, sm90, sm100"
+                )
         if len(set(v)) != len(v):
             raise ValueError("lists an architecture twice")
         return v
@@ -120,8 +143,11 @@ class Serving(Strict):
     grpc_port: int = Field(8001, ge=0, le=65535)
     metrics_port: int = Field(8002, ge=0, le=65535)
     max_tokens_cap: int = Field(1024, ge=1, description="Largest max_tokens a request may ask for.")
-    batch_invariant: bool = Field(True, description="torch target: attention computed per request, so a request's "
-                                  "tokens do not depend on the batch it shares (about 10-30% slower; see the README).")
+    batch_invariant: bool = Field(
+        True,
+        description="torch target: attention computed per request, so a request's "
+        "tokens do not depend on the batch it shares (about 10-30% slower; see the README).",
+    )
     ready_timeout_s: float = Field(180.0, gt=0)
 
 
@@ -148,7 +174,8 @@ class Config(Strict):
             if v.name == name:
                 return v
         raise PipelineError(
-            f"No variant '{name}' in the config; known: {', '.join(v.name for v in self.variants)}", exit_code=2
+            f"No variant '{name}' in the config; known: {', '.join(v.name for v in self.variants)}",
+            exit_code=2,
         )
 
     def select(self, names: tuple[str, ...] | list[str] | None) -> list[Variant]:
@@ -177,7 +204,7 @@ def _message(err: dict) -> str:
     if kind == "missing":
         return "required"
     msg = err["msg"]
-    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
 
 
 def format_errors(exc: ValidationError) -> list[str]:
@@ -211,13 +238,17 @@ def parse_config(data: object, source: str = "config", base: Path | None = None)
 def load_config(path: Path) -> Config:
     path = Path(path)
     if not path.is_file():
-        raise PipelineError(f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE", exit_code=2)
+        raise PipelineError(
+            f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE", exit_code=2
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise PipelineError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", exit_code=2) from None
+        raise PipelineError(
+            f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", exit_code=2
+        ) from None
     return parse_config(data, str(path), path.resolve().parent)
 
 

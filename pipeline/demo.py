@@ -87,8 +87,10 @@ def write_checkpoint(dest: Path, train_steps: int = 150) -> Path:
         _train(model, tokenizer, texts, train_steps)
         model = model.to(torch.bfloat16)
         model.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=[tokenizer.eos_token_id],
-            pad_token_id=tokenizer.pad_token_id, do_sample=False,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=[tokenizer.eos_token_id],
+            pad_token_id=tokenizer.pad_token_id,
+            do_sample=False,
         )
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
@@ -132,7 +134,10 @@ def ensure_checkpoint(dest: Path | None = None) -> Path:
     dest = Path(dest or demo_dir() / "checkpoint")
     marker = dest / "lpx_demo.json"
     try:
-        if json.loads(marker.read_text())["version"] == CHECKPOINT_VERSION and (dest / "config.json").is_file():
+        if (
+            json.loads(marker.read_text())["version"] == CHECKPOINT_VERSION
+            and (dest / "config.json").is_file()
+        ):
             return dest
     except (OSError, ValueError, KeyError):
         pass
@@ -145,10 +150,21 @@ def demo_config_dict(checkpoint: str = "checkpoint") -> dict:
         "variants": [{"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "none"}}],
         "calibration": {"samples": 16, "seq_len": 64, "batch_size": 4},
         "build": {
-            "target": "torch", "archs": ["sm90"], "dtype": "bfloat16",
-            "max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096,
+            "target": "torch",
+            "archs": ["sm90"],
+            "dtype": "bfloat16",
+            "max_batch_size": 8,
+            "max_input_len": 512,
+            "max_seq_len": 1024,
+            "max_num_tokens": 4096,
         },
-        "serving": {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0, "metrics_port": 0, "max_tokens_cap": 512},
+        "serving": {
+            "host": "127.0.0.1",
+            "http_port": 0,
+            "grpc_port": 0,
+            "metrics_port": 0,
+            "max_tokens_cap": 512,
+        },
     }
 
 

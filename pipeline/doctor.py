@@ -38,14 +38,29 @@ class Release:
 
 # The TensorRT-LLM line LPX targets -> the NGC Triton container that carries it and what it needs.
 RELEASES: dict[str, Release] = {
-    "1.2": Release("nvcr.io/nvidia/tritonserver:<26.x>-trtllm-python-py3", "1.2.x", "13", 580,
-                   "lead: the 1.2.x line builds against CUDA 13 (driver >= 580); container tag not checked"),
-    "1.1": Release("nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3", "1.1.0", "13.0.2", 580,
-                   "verified: Triton docs, Release Compatibility Matrix, trtllm-python-py3 25.12 "
-                   "(TRT-LLM 1.1.0, CUDA 13.0.2.006, driver 580.95.05)"),
-    "0.16": Release("nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3", "0.16.0", "12.6.3", 560,
-                    "verified: Triton release notes 24.12 (CUDA 12.6.3, driver 560 or later; data-center GPUs "
-                    "may use R470/R525/R535/R545 forward compatibility); TRT-LLM 0.16.0 is a lead"),
+    "1.2": Release(
+        "nvcr.io/nvidia/tritonserver:<26.x>-trtllm-python-py3",
+        "1.2.x",
+        "13",
+        580,
+        "lead: the 1.2.x line builds against CUDA 13 (driver >= 580); container tag not checked",
+    ),
+    "1.1": Release(
+        "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+        "1.1.0",
+        "13.0.2",
+        580,
+        "verified: Triton docs, Release Compatibility Matrix, trtllm-python-py3 25.12 "
+        "(TRT-LLM 1.1.0, CUDA 13.0.2.006, driver 580.95.05)",
+    ),
+    "0.16": Release(
+        "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
+        "0.16.0",
+        "12.6.3",
+        560,
+        "verified: Triton release notes 24.12 (CUDA 12.6.3, driver 560 or later; data-center GPUs "
+        "may use R470/R525/R535/R545 forward compatibility); TRT-LLM 0.16.0 is a lead",
+    ),
 }
 PYTRITON_SERVER = {"0.7.0": "2.51"}  # nvidia-pytriton wheel -> the tritonserver it bundles (seen here)
 PACKAGES = ("nvidia-modelopt", "transformers", "tritonclient", "tensorrt_llm")
@@ -70,6 +85,7 @@ class GpuState:
 
 
 # ---------------------------------------------------------------- probes
+
 
 def _run(cmd: list[str]) -> tuple[int, str] | None:
     """(exit code, stdout + stderr), or None when the program is not installed."""
@@ -112,17 +128,24 @@ def _nvml() -> GpuState | None:
     """The GPU state through NVML (nvidia-ml-py), or None when NVML is absent or fails."""
     try:
         import pynvml as nv
+
         nv.nvmlInit()
     except Exception:
         return None
     try:
         cuda = nv.nvmlSystemGetCudaDriverVersion()
-        state = GpuState(driver=_s(nv.nvmlSystemGetDriverVersion()), cuda=f"{cuda // 1000}.{cuda % 1000 // 10}", source="nvml")
+        state = GpuState(
+            driver=_s(nv.nvmlSystemGetDriverVersion()),
+            cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            source="nvml",
+        )
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
-            state.gpus.append(GpuInfo(_s(nv.nvmlDeviceGetName(h)), mem.total >> 20, mem.used >> 20, f"{major}.{minor}"))
+            state.gpus.append(
+                GpuInfo(_s(nv.nvmlDeviceGetName(h)), mem.total >> 20, mem.used >> 20, f"{major}.{minor}")
+            )
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
                 state.processes.append(f"pid {p.pid} ({(p.usedGpuMemory or 0) >> 20} MiB on GPU {i})")
         return state
@@ -148,9 +171,16 @@ class Probe:
     tritonserver: Callable[[], Path] = _tritonserver
 
 
-SMI_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used,compute_cap",
-             "--format=csv,noheader,nounits"]
-SMI_APPS = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+SMI_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=name,driver_version,memory.total,memory.used,compute_cap",
+    "--format=csv,noheader,nounits",
+]
+SMI_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=pid,process_name,used_memory",
+    "--format=csv,noheader,nounits",
+]
 
 
 def gpu_state(probe: Probe) -> GpuState | None:
@@ -172,8 +202,11 @@ def gpu_state(probe: Probe) -> GpuState | None:
         state.cuda = m.group(1)
     apps = probe.run(SMI_APPS)
     if apps and apps[0] == 0:
-        state.processes = [f"pid {c[0]} {c[1]} ({c[2]} MiB)" for line in apps[1].strip().splitlines()
-                           if len(c := [x.strip() for x in line.split(",")]) == 3]
+        state.processes = [
+            f"pid {c[0]} {c[1]} ({c[2]} MiB)"
+            for line in apps[1].strip().splitlines()
+            if len(c := [x.strip() for x in line.split(",")]) == 3
+        ]
     return state if state.driver else None
 
 
@@ -195,37 +228,80 @@ def gpu_checks(probe: Probe, target: str) -> list[Check]:
     state = gpu_state(probe)
     rel = RELEASES[target]
     if state is None:
-        return [_check("driver", "FAIL", "no NVIDIA driver: NVML unavailable and nvidia-smi missing or failing",
-                       f"install the NVIDIA driver >= {rel.min_driver} (e.g. 'apt install nvidia-driver-{rel.min_driver}-server') "
-                       "and reboot, or run LPX on a GPU machine; the torch target needs no GPU")]
-    checks = [_check("driver", "PASS", f"driver {state.driver}, CUDA {state.cuda or '?'} (via {state.source})")]
+        return [
+            _check(
+                "driver",
+                "FAIL",
+                "no NVIDIA driver: NVML unavailable and nvidia-smi missing or failing",
+                f"install the NVIDIA driver >= {rel.min_driver} (e.g. 'apt install nvidia-driver-{rel.min_driver}-server') "
+                "and reboot, or run LPX on a GPU machine; the torch target needs no GPU",
+            )
+        ]
+    checks = [
+        _check("driver", "PASS", f"driver {state.driver}, CUDA {state.cuda or '?'} (via {state.source})")
+    ]
     major = int(state.driver.split(".")[0]) if state.driver and state.driver[0].isdigit() else 0
     ok_lines = [t for t, r in RELEASES.items() if major >= r.min_driver]
     if major < rel.min_driver:
         alt = f"; this driver can run TensorRT-LLM {', '.join(ok_lines)}" if ok_lines else ""
-        checks.append(_check("cuda", "FAIL", f"TensorRT-LLM {target} ({rel.container}, CUDA {rel.cuda}) needs "
-                             f"driver >= {rel.min_driver}, found {state.driver} [{rel.evidence}]",
-                             f"upgrade the driver to >= {rel.min_driver}{alt} (set build.trtllm_version)"))
+        checks.append(
+            _check(
+                "cuda",
+                "FAIL",
+                f"TensorRT-LLM {target} ({rel.container}, CUDA {rel.cuda}) needs "
+                f"driver >= {rel.min_driver}, found {state.driver} [{rel.evidence}]",
+                f"upgrade the driver to >= {rel.min_driver}{alt} (set build.trtllm_version)",
+            )
+        )
     elif state.cuda and _ver(state.cuda) < _ver(rel.cuda)[:2]:
-        checks.append(_check("cuda", "WARN", f"driver {state.driver} reports CUDA {state.cuda}, the "
-                             f"TensorRT-LLM {target} container uses CUDA {rel.cuda}",
-                             "upgrade the driver if the container reports a CUDA driver mismatch"))
+        checks.append(
+            _check(
+                "cuda",
+                "WARN",
+                f"driver {state.driver} reports CUDA {state.cuda}, the "
+                f"TensorRT-LLM {target} container uses CUDA {rel.cuda}",
+                "upgrade the driver if the container reports a CUDA driver mismatch",
+            )
+        )
     else:
-        checks.append(_check("cuda", "PASS", f"TensorRT-LLM {target} needs driver >= {rel.min_driver}, CUDA "
-                             f"{rel.cuda}; driver supports CUDA {state.cuda or '?'} [{rel.evidence.split(':')[0]}]"))
+        checks.append(
+            _check(
+                "cuda",
+                "PASS",
+                f"TensorRT-LLM {target} needs driver >= {rel.min_driver}, CUDA "
+                f"{rel.cuda}; driver supports CUDA {state.cuda or '?'} [{rel.evidence.split(':')[0]}]",
+            )
+        )
     for i, g in enumerate(state.gpus):
         sm = int(g.compute_cap.replace(".", "")) if g.compute_cap.replace(".", "").isdigit() else 0
         known = find_gpu(g.name)
         detail = f"GPU {i}: {g.name}, sm{sm}, {g.total_mib} MiB; formats: {', '.join(formats_for_sm(sm)) or 'none'}"
         if sm and sm < 80:
-            checks.append(_check("gpu", "WARN", detail, "TensorRT-LLM 1.x needs sm80 (Ampere) or newer: use the torch target"))
+            checks.append(
+                _check(
+                    "gpu",
+                    "WARN",
+                    detail,
+                    "TensorRT-LLM 1.x needs sm80 (Ampere) or newer: use the torch target",
+                )
+            )
         else:
-            checks.append(_check("gpu", "PASS", detail + ("" if known else " (not in lpx's GPU table: plan with --gpu)")))
+            checks.append(
+                _check(
+                    "gpu", "PASS", detail + ("" if known else " (not in lpx's GPU table: plan with --gpu)")
+                )
+            )
         used = g.used_mib / g.total_mib if g.total_mib else 0
         if used > 0.1:
-            checks.append(_check("gpu-memory", "WARN", f"GPU {i}: {g.used_mib} of {g.total_mib} MiB in use by "
-                                 f"{'; '.join(state.processes) or 'other processes'}",
-                                 "stop the processes holding GPU memory, or lower kv_cache_free_gpu_mem_fraction"))
+            checks.append(
+                _check(
+                    "gpu-memory",
+                    "WARN",
+                    f"GPU {i}: {g.used_mib} of {g.total_mib} MiB in use by "
+                    f"{'; '.join(state.processes) or 'other processes'}",
+                    "stop the processes holding GPU memory, or lower kv_cache_free_gpu_mem_fraction",
+                )
+            )
         else:
             checks.append(_check("gpu-memory", "PASS", f"GPU {i}: {g.total_mib - g.used_mib} MiB free"))
     return checks
@@ -239,26 +315,50 @@ def system_checks(probe: Probe) -> list[Check]:
     checks = []
     modules = probe.read("/proc/modules") or ""
     if any(line.split(" ", 1)[0] == "nouveau" for line in modules.splitlines()):
-        checks.append(_check("nouveau", "FAIL", "the open-source nouveau driver is loaded and blocks the NVIDIA driver",
-                             "blacklist it ('blacklist nouveau' in /etc/modprobe.d/blacklist-nouveau.conf), "
-                             "run 'update-initramfs -u' and reboot"))
+        checks.append(
+            _check(
+                "nouveau",
+                "FAIL",
+                "the open-source nouveau driver is loaded and blocks the NVIDIA driver",
+                "blacklist it ('blacklist nouveau' in /etc/modprobe.d/blacklist-nouveau.conf), "
+                "run 'update-initramfs -u' and reboot",
+            )
+        )
     in_container = probe.read("/.dockerenv") is not None or probe.read("/run/.containerenv") is not None
     if in_container and not probe.glob("/dev/nvidia*"):
-        checks.append(_check("container", "FAIL", "inside a container with no /dev/nvidia* devices",
-                             "start it with GPU access: 'docker run --gpus all ...' (NVIDIA Container Toolkit) "
-                             "or 'podman run --device nvidia.com/gpu=all ...'"))
+        checks.append(
+            _check(
+                "container",
+                "FAIL",
+                "inside a container with no /dev/nvidia* devices",
+                "start it with GPU access: 'docker run --gpus all ...' (NVIDIA Container Toolkit) "
+                "or 'podman run --device nvidia.com/gpu=all ...'",
+            )
+        )
     elif in_container:
         checks.append(_check("container", "PASS", "inside a container with GPU devices"))
     if probe.which("docker"):
         out = probe.run(["docker", "info", "--format", "{{json .Runtimes}}"])
         if out is None or out[0] != 0:
-            checks.append(_check("docker", "WARN", "docker is installed but 'docker info' failed",
-                                 "start the docker daemon or add your user to the docker group"))
+            checks.append(
+                _check(
+                    "docker",
+                    "WARN",
+                    "docker is installed but 'docker info' failed",
+                    "start the docker daemon or add your user to the docker group",
+                )
+            )
         elif "nvidia" in out[1]:
             checks.append(_check("docker", "PASS", "docker has the nvidia runtime"))
         else:
-            checks.append(_check("docker", "WARN", "docker has no nvidia runtime",
-                                 "install nvidia-container-toolkit and run 'nvidia-ctk runtime configure --runtime=docker'"))
+            checks.append(
+                _check(
+                    "docker",
+                    "WARN",
+                    "docker has no nvidia runtime",
+                    "install nvidia-container-toolkit and run 'nvidia-ctk runtime configure --runtime=docker'",
+                )
+            )
     return checks
 
 
@@ -267,27 +367,50 @@ def software_checks(probe: Probe) -> list[Check]:
     try:
         binary = probe.tritonserver()
     except PipelineError as exc:
-        checks.append(_check("tritonserver", "WARN", "tritonserver not found", exc.message.split(": ", 1)[-1]))
+        checks.append(
+            _check("tritonserver", "WARN", "tritonserver not found", exc.message.split(": ", 1)[-1])
+        )
     else:
         version = (probe.read(str(binary.parent.parent / "TRITON_VERSION")) or "").strip()
         if not version and "pytriton" in str(binary):
             pkg = probe.version("nvidia-pytriton")
-            version = PYTRITON_SERVER.get(pkg or "", "") and f"{PYTRITON_SERVER[pkg or '']} (nvidia-pytriton {pkg})"
+            version = (
+                PYTRITON_SERVER.get(pkg or "", "") and f"{PYTRITON_SERVER[pkg or '']} (nvidia-pytriton {pkg})"
+            )
         checks.append(_check("tritonserver", "PASS", f"{binary} version {version or 'unknown'}"))
     versions = {p: probe.version(p) for p in PACKAGES}
     detail = ", ".join(f"{p} {v or '-'}" for p, v in versions.items())
     missing = [p for p in PACKAGES[:3] if not versions[p]]
     if missing:
-        checks.append(_check("packages", "WARN", detail, f"pip install {' '.join(missing)} (or install lpx with its extras)"))
+        checks.append(
+            _check(
+                "packages",
+                "WARN",
+                detail,
+                f"pip install {' '.join(missing)} (or install lpx with its extras)",
+            )
+        )
     else:
-        note = "" if versions["tensorrt_llm"] else " (no tensorrt_llm: engine/llmapi targets need the TRT-LLM container)"
+        note = (
+            ""
+            if versions["tensorrt_llm"]
+            else " (no tensorrt_llm: engine/llmapi targets need the TRT-LLM container)"
+        )
         checks.append(_check("packages", "PASS", detail + note))
     root = home()
     free = probe.disk_free(root)
     status = "FAIL" if free < MIN_FREE_DISK["FAIL"] else "WARN" if free < MIN_FREE_DISK["WARN"] else "PASS"
-    checks.append(_check("disk", status, f"{free / 1024**3:.1f} GiB free under {root} (LPX_HOME)",
-                         "" if status == "PASS" else "free space there or point LPX_HOME at a larger disk "
-                         "(an 8B model needs ~16 GB per bf16 copy plus engines)"))
+    checks.append(
+        _check(
+            "disk",
+            status,
+            f"{free / 1024**3:.1f} GiB free under {root} (LPX_HOME)",
+            ""
+            if status == "PASS"
+            else "free space there or point LPX_HOME at a larger disk "
+            "(an 8B model needs ~16 GB per bf16 copy plus engines)",
+        )
+    )
     return checks
 
 
@@ -302,8 +425,14 @@ COLORS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
 
 
 @click.command("doctor")
-@click.option("--trtllm", "target", type=click.Choice(list(RELEASES)), default="1.2", show_default=True,
-              help="TensorRT-LLM line to check the driver against.")
+@click.option(
+    "--trtllm",
+    "target",
+    type=click.Choice(list(RELEASES)),
+    default="1.2",
+    show_default=True,
+    help="TensorRT-LLM line to check the driver against.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.doctor`).")
 def doctor_command(target: str, as_json: bool) -> None:
     """Check the driver, GPUs, container, Triton and packages; exit 1 on any FAIL."""
@@ -312,11 +441,16 @@ def doctor_command(target: str, as_json: bool) -> None:
         click.echo(json.dumps(result, indent=2))
     else:
         for c in result["checks"]:
-            click.echo(click.style(f"{c['status']:<4}", fg=COLORS[c["status"]], bold=True) + f"  {c['name']:<12} {c['detail']}")
+            click.echo(
+                click.style(f"{c['status']:<4}", fg=COLORS[c["status"]], bold=True)
+                + f"  {c['name']:<12} {c['detail']}"
+            )
             if c["fix"]:
                 click.echo(f"      {'':<12} fix: {c['fix']}")
     if not result["ok"]:
         failed = [c["name"] for c in result["checks"] if c["status"] == "FAIL"]
         if as_json:
             raise SystemExit(1)
-        raise PipelineError(f"{len(failed)} check(s) failed ({', '.join(failed)}) - apply the fix lines above")
+        raise PipelineError(
+            f"{len(failed)} check(s) failed ({', '.join(failed)}) - apply the fix lines above"
+        )

@@ -78,13 +78,15 @@ def ready(tokenizer, pending: list[int], final: bool) -> bool:
         return True
     if not pending:
         return False
-    return len(pending) >= MAX_HOLD or not tokenizer.decode(pending, skip_special_tokens=False).endswith("\ufffd")
+    return len(pending) >= MAX_HOLD or not tokenizer.decode(pending, skip_special_tokens=False).endswith(
+        "\ufffd"
+    )
 
 
 def stop_at(tokens: list[int], first_new: int, stops: list[list[int]]) -> int | None:
     """Length of `tokens` up to the end of the first stop sequence that ends at or after `first_new`."""
     for end in range(first_new + 1, len(tokens) + 1):
-        if any(end >= len(w) and tokens[end - len(w):end] == w for w in stops):
+        if any(end >= len(w) and tokens[end - len(w) : end] == w for w in stops):
             return end
     return None
 
@@ -111,6 +113,7 @@ class GenerationModel:
         def resolve(key: str, default: str) -> Path:
             p = Path(params.get(key) or default)
             return p if p.is_absolute() else folder / p
+
         return resolve
 
     def flag(self, key: str, default: bool = True) -> bool:
@@ -133,8 +136,10 @@ class GenerationModel:
         length = scalar(request, "input_lengths", len(ids))
         max_tokens = scalar(request, "request_output_len", 0)
         if self.cap and max_tokens > self.cap:
-            raise ValueError(f"max_tokens {max_tokens} is above this server's cap {self.cap} - ask for fewer "
-                             "tokens or raise serving.max_tokens_cap")
+            raise ValueError(
+                f"max_tokens {max_tokens} is above this server's cap {self.cap} - ask for fewer "
+                "tokens or raise serving.max_tokens_cap"
+            )
         if words(request, "bad_words_list") and not self.bad_words_supported:
             raise ValueError(f"bad_words is not supported by {self.label} - leave it empty")
         end_id = scalar(request, "end_id", -1)
@@ -156,8 +161,13 @@ class GenerationModel:
     def _run(self, job: dict, sender) -> None:
         try:
             stream = self.engine.submit(
-                job["input_ids"], job["max_new_tokens"], end_ids=job["end_ids"], temperature=job["temperature"],
-                top_k=job["top_k"], top_p=job["top_p"], seed=job["seed"],
+                job["input_ids"],
+                job["max_new_tokens"],
+                end_ids=job["end_ids"],
+                temperature=job["temperature"],
+                top_k=job["top_k"],
+                top_p=job["top_p"],
+                seed=job["seed"],
             )
         except Exception as exc:
             self._fail(sender, exc)
@@ -218,15 +228,23 @@ class GenerationModel:
         out = [
             pb.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens))),
             pb.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
-            pb.Tensor("num_output_tokens", np.array([[len(tokens) if generated is None else generated]], dtype=np.int32)),
+            pb.Tensor(
+                "num_output_tokens",
+                np.array([[len(tokens) if generated is None else generated]], dtype=np.int32),
+            ),
         ]
-        sender.send(pb.InferenceResponse(output_tensors=out), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        sender.send(
+            pb.InferenceResponse(output_tensors=out),
+            flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
+        )
 
     def _fail(self, sender, exc: Exception) -> None:
         pb = _pb()
         message = getattr(exc, "message", None) or str(exc)
-        sender.send(pb.InferenceResponse(error=pb.TritonError(f"{self.label}: {message}")),
-                    flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        sender.send(
+            pb.InferenceResponse(error=pb.TritonError(f"{self.label}: {message}")),
+            flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     def finalize(self) -> None:
         self.engine.close()

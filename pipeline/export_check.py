@@ -307,7 +307,7 @@ def _check_tied(src: dict, cfg: dict, trtllm_dir: Path, where: str) -> None:
         has_head = False
         for r in ranks:
             with safe_open(str(r), "pt") as f:
-                if any(k.startswith("lm_head.") for k in f.keys()):  # noqa: SIM118
+                if any(k.startswith("lm_head.") for k in f.keys()):
                     has_head = True
                     break
         if ranks and not has_head:

@@ -46,11 +46,23 @@ def _cells(cfg: Config) -> list[tuple[dict, str | None]]:
     for v in cfg.variants:
         q = v.quantization
         for arch in ["any"] if b.target == "torch" else b.archs:
-            cell = {"name": f"{v.name}-{arch}", "variant": v.name, "format": q.format, "kv_cache": q.kv_cache,
-                    "arch": arch, "sm": 0 if arch == "any" else sm_number(arch), "tp_size": b.tp_size,
-                    "pp_size": b.pp_size, "gpus": b.tp_size * b.pp_size, "target": b.target,
-                    "trtllm_version": b.trtllm_version, "runner_label": "cpu" if arch == "any" else f"gpu-{arch}"}
-            out.append((cell, None if arch == "any" else _reason(q.format, q.kv_cache, arch, b.trtllm_version)))
+            cell = {
+                "name": f"{v.name}-{arch}",
+                "variant": v.name,
+                "format": q.format,
+                "kv_cache": q.kv_cache,
+                "arch": arch,
+                "sm": 0 if arch == "any" else sm_number(arch),
+                "tp_size": b.tp_size,
+                "pp_size": b.pp_size,
+                "gpus": b.tp_size * b.pp_size,
+                "target": b.target,
+                "trtllm_version": b.trtllm_version,
+                "runner_label": "cpu" if arch == "any" else f"gpu-{arch}",
+            }
+            out.append(
+                (cell, None if arch == "any" else _reason(q.format, q.kv_cache, arch, b.trtllm_version))
+            )
     return out
 
 
@@ -74,17 +86,31 @@ def _config_path(path: Path | None) -> Path:
 
 
 @click.command("matrix")
-@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
-              help="lpx.yaml to use (default: ./lpx.yaml).")
-@click.option("--format", "fmt", type=click.Choice(["json", "github"]), default="json", show_default=True,
-              help="json: cells and excluded cells, pretty; github: one line for strategy.matrix.")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="lpx.yaml to use (default: ./lpx.yaml).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "github"]),
+    default="json",
+    show_default=True,
+    help="json: cells and excluded cells, pretty; github: one line for strategy.matrix.",
+)
 def matrix_command(config_path: Path | None, fmt: str) -> None:
     """Print the CI build matrix: one cell per variant x GPU arch the format can run on."""
     cfg = load_config(_config_path(config_path))
     include, excluded = build_matrix(cfg), excluded_cells(cfg)
     if not include:
-        raise PipelineError("the matrix is empty: no variant can run on any of build.archs - "
-                            "add a newer arch to build.archs or choose another format", exit_code=2)
+        raise PipelineError(
+            "the matrix is empty: no variant can run on any of build.archs - "
+            "add a newer arch to build.archs or choose another format",
+            exit_code=2,
+        )
     if fmt == "github":
         click.echo(json.dumps({"include": include}, separators=(",", ":")))
     else:
@@ -103,8 +129,11 @@ def write_cell_config(config_path: Path, variant: str, arch: str | None, out: Pa
     archs = [c["arch"] for c in cells if arch is None or c["arch"] == arch]
     if not archs:
         why = [e["reason"] for e in excluded_cells(cfg) if e["variant"] == variant and e["arch"] == arch]
-        raise PipelineError(f"variant '{variant}' has no cell for {arch or 'any arch'}"
-                            f"{': ' + why[0] if why else ''} - see 'lpx matrix -c {config_path}'", exit_code=2)
+        raise PipelineError(
+            f"variant '{variant}' has no cell for {arch or 'any arch'}"
+            f"{': ' + why[0] if why else ''} - see 'lpx matrix -c {config_path}'",
+            exit_code=2,
+        )
     if cfg.build.target != "torch":
         cfg.build.archs = archs
     out.write_text(dump_config(cfg), encoding="utf-8")

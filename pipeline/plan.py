@@ -82,13 +82,16 @@ class ModelShape:
 
 
 # From the models' published config.json files on the Hugging Face Hub.
-PRESETS: dict[str, ModelShape] = {m.name: m for m in (
-    ModelShape("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, True),
-    ModelShape("llama-3.2-3b", 28, 3072, 8192, 24, 8, 128, 128256, True),
-    ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256, False),
-    ModelShape("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, False, qkv_bias=True),
-    ModelShape("mistral-7b", 32, 4096, 14336, 32, 8, 128, 32768, False),  # v0.3 vocabulary
-)}
+PRESETS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, True),
+        ModelShape("llama-3.2-3b", 28, 3072, 8192, 24, 8, 128, 128256, True),
+        ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256, False),
+        ModelShape("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, False, qkv_bias=True),
+        ModelShape("mistral-7b", 32, 4096, 14336, 32, 8, 128, 32768, False),  # v0.3 vocabulary
+    )
+}
 
 
 def shape_from_config(cfg: dict, name: str) -> ModelShape:
@@ -96,22 +99,33 @@ def shape_from_config(cfg: dict, name: str) -> ModelShape:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         return ModelShape(
-            name=name, layers=int(cfg["num_hidden_layers"]), hidden=hidden,
-            intermediate=int(cfg["intermediate_size"]), heads=heads,
+            name=name,
+            layers=int(cfg["num_hidden_layers"]),
+            hidden=hidden,
+            intermediate=int(cfg["intermediate_size"]),
+            heads=heads,
             kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads), vocab=int(cfg["vocab_size"]),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            vocab=int(cfg["vocab_size"]),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")))
+            qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        )
     except KeyError as exc:
-        raise PipelineError(f"{name}: config.json has no {exc.args[0]} - pass a decoder-only "
-                            f"HF config (Llama/Qwen2/Mistral style) or use --preset", exit_code=2) from None
+        raise PipelineError(
+            f"{name}: config.json has no {exc.args[0]} - pass a decoder-only "
+            f"HF config (Llama/Qwen2/Mistral style) or use --preset",
+            exit_code=2,
+        ) from None
 
 
 def load_shape(checkpoint: Path | None, model_config: Path | None, preset: str | None) -> ModelShape:
     given = [x for x in (checkpoint, model_config, preset) if x is not None]
     if len(given) != 1:
-        raise PipelineError("give exactly one of --checkpoint DIR, --model-config FILE or --preset NAME "
-                            f"(presets: {', '.join(PRESETS)})", exit_code=2)
+        raise PipelineError(
+            "give exactly one of --checkpoint DIR, --model-config FILE or --preset NAME "
+            f"(presets: {', '.join(PRESETS)})",
+            exit_code=2,
+        )
     if preset is not None:
         if preset.lower() not in PRESETS:
             raise PipelineError(f"unknown preset '{preset}' - use one of: {', '.join(PRESETS)}", exit_code=2)
@@ -121,8 +135,9 @@ def load_shape(checkpoint: Path | None, model_config: Path | None, preset: str |
     try:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(f"cannot read {path}: {exc} - point at a HF checkpoint folder or its config.json",
-                            exit_code=2) from None
+        raise PipelineError(
+            f"cannot read {path}: {exc} - point at a HF checkpoint folder or its config.json", exit_code=2
+        ) from None
     return shape_from_config(cfg.get("text_config", cfg), (checkpoint or path.parent).name)
 
 
@@ -150,8 +165,12 @@ def weight_bytes(m: ModelShape, fmt: str) -> dict[str, int]:
             raise PipelineError(f"unknown format '{fmt}' - use one of: {', '.join(FORMATS)}", exit_code=2)
     quant, scales = quant * m.layers, scales * m.layers
     high = 2 * m.high_precision_params()
-    return {"quantized_bytes": quant, "scale_bytes": scales, "high_precision_bytes": high,
-            "weight_bytes": quant + scales + high}
+    return {
+        "quantized_bytes": quant,
+        "scale_bytes": scales,
+        "high_precision_bytes": high,
+        "weight_bytes": quant + scales + high,
+    }
 
 
 def kv_bytes_per_token(m: ModelShape, dtype: str = "bf16") -> int:
@@ -171,16 +190,31 @@ def decode_tokens_per_s(batch: int, weights: int, kv_per_sequence: int, gpu: Gpu
     return batch * gpu.bandwidth_bytes_per_s / (weights + batch * kv_per_sequence) if batch else 0.0
 
 
-def plan(m: ModelShape, gpu: Gpu | None, seq_len: int = 2048, kv_fraction: float = 0.9,
-         max_seq_len: int | None = None, kv_dtype: str = "bf16") -> dict:
+def plan(
+    m: ModelShape,
+    gpu: Gpu | None,
+    seq_len: int = 2048,
+    kv_fraction: float = 0.9,
+    max_seq_len: int | None = None,
+    kv_dtype: str = "bf16",
+) -> dict:
     """Everything `lpx plan` shows, as the documented JSON structure."""
     max_seq_len = max_seq_len or seq_len
     per_token = kv_bytes_per_token(m, kv_dtype)
     rows, warnings = [], []
     for fmt in FORMATS:
-        row: dict = {"format": fmt, **weight_bytes(m, fmt), "runs_on_gpu": None, "kv_pool_bytes": None,
-                     "fit_sequences": None, "fit_sequences_at_max_seq_len": None, "tokens_per_s_batch1": None,
-                     "tokens_per_s_at_fit": None, "suggested_max_batch_size": None, "suggested_max_num_tokens": None}
+        row: dict = {
+            "format": fmt,
+            **weight_bytes(m, fmt),
+            "runs_on_gpu": None,
+            "kv_pool_bytes": None,
+            "fit_sequences": None,
+            "fit_sequences_at_max_seq_len": None,
+            "tokens_per_s_batch1": None,
+            "tokens_per_s_at_fit": None,
+            "suggested_max_batch_size": None,
+            "suggested_max_num_tokens": None,
+        }
         if gpu is not None:
             w = row["weight_bytes"]
             row["runs_on_gpu"] = gpu.sm >= RECIPES[fmt][1]
@@ -189,24 +223,39 @@ def plan(m: ModelShape, gpu: Gpu | None, seq_len: int = 2048, kv_fraction: float
                 fit = pool // (per_token * _blocks(seq_len))
                 batch = min(fit, MAX_BATCH)
                 row.update(
-                    kv_pool_bytes=pool, fit_sequences=fit,
+                    kv_pool_bytes=pool,
+                    fit_sequences=fit,
                     fit_sequences_at_max_seq_len=pool // (per_token * _blocks(max_seq_len)),
                     tokens_per_s_batch1=decode_tokens_per_s(1, w, seq_len * per_token, gpu),
                     tokens_per_s_at_fit=decode_tokens_per_s(batch, w, seq_len * per_token, gpu),
                     suggested_max_batch_size=max(1, _pow2_floor(batch)),
-                    suggested_max_num_tokens=min(16384, math.ceil((_pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024))
+                    suggested_max_num_tokens=min(
+                        16384, math.ceil((_pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024
+                    ),
+                )
             else:
-                warnings.append(f"{fmt}: weights ({w / GB:.1f} GB) leave no room for a KV cache on {gpu.name}")
+                warnings.append(
+                    f"{fmt}: weights ({w / GB:.1f} GB) leave no room for a KV cache on {gpu.name}"
+                )
         rows.append(row)
     if max_seq_len >= 2 * seq_len:
-        warnings.append(f"max_seq_len {max_seq_len} is {max_seq_len / seq_len:.0f}x the expected {seq_len} tokens: "
-                        "a scheduler that reserves max_seq_len per request (guaranteed_no_evict) admits "
-                        f"{max_seq_len / seq_len:.0f}x fewer sequences - lower max_seq_len to what requests need")
-    return {"model": {**{k: v for k, v in asdict(m).items() if k != "qkv_bias"}, "params": m.params},
-            "gpu": gpu.as_dict() if gpu else None, "kv_cache_dtype": kv_dtype,
-            "kv_bytes_per_token": {d: kv_bytes_per_token(m, d) for d in KV_BYTES},
-            "seq_len": seq_len, "max_seq_len": max_seq_len, "kv_fraction": kv_fraction,
-            "runtime_overhead_bytes": RUNTIME_OVERHEAD if gpu else None, "formats": rows, "warnings": warnings}
+        warnings.append(
+            f"max_seq_len {max_seq_len} is {max_seq_len / seq_len:.0f}x the expected {seq_len} tokens: "
+            "a scheduler that reserves max_seq_len per request (guaranteed_no_evict) admits "
+            f"{max_seq_len / seq_len:.0f}x fewer sequences - lower max_seq_len to what requests need"
+        )
+    return {
+        "model": {**{k: v for k, v in asdict(m).items() if k != "qkv_bias"}, "params": m.params},
+        "gpu": gpu.as_dict() if gpu else None,
+        "kv_cache_dtype": kv_dtype,
+        "kv_bytes_per_token": {d: kv_bytes_per_token(m, d) for d in KV_BYTES},
+        "seq_len": seq_len,
+        "max_seq_len": max_seq_len,
+        "kv_fraction": kv_fraction,
+        "runtime_overhead_bytes": RUNTIME_OVERHEAD if gpu else None,
+        "formats": rows,
+        "warnings": warnings,
+    }
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
@@ -220,28 +269,48 @@ def render(result: dict) -> None:
     console = Console(highlight=False, width=None if Console().is_terminal else 120)
     m, gpu = result["model"], result["gpu"]
     kv = result["kv_bytes_per_token"]
-    console.print(f"[bold]{m['name']}[/bold]: {m['params'] / 1e9:.2f}B params, {m['layers']} layers, "
-                  f"{m['heads']} heads / {m['kv_heads']} KV heads x {m['head_dim']}, vocab {m['vocab']:,}"
-                  f"{', tied embeddings' if m['tied_embeddings'] else ''}")
+    console.print(
+        f"[bold]{m['name']}[/bold]: {m['params'] / 1e9:.2f}B params, {m['layers']} layers, "
+        f"{m['heads']} heads / {m['kv_heads']} KV heads x {m['head_dim']}, vocab {m['vocab']:,}"
+        f"{', tied embeddings' if m['tied_embeddings'] else ''}"
+    )
     console.print("KV cache per token: " + ", ".join(f"{d} {b / 1024:g} KiB" for d, b in kv.items()))
     if gpu:
-        console.print(f"GPU: {gpu['name']} ({gpu['memory_bytes'] / 1024**3:.1f} GiB, {gpu['bandwidth_tbs']} TB/s, "
-                      f"sm{gpu['sm']}); {result['kv_cache_dtype']} KV at {result['seq_len']} tokens, "
-                      f"kv_fraction {result['kv_fraction']}, {result['runtime_overhead_bytes'] / 1024**3:g} GiB runtime overhead assumed")
+        console.print(
+            f"GPU: {gpu['name']} ({gpu['memory_bytes'] / 1024**3:.1f} GiB, {gpu['bandwidth_tbs']} TB/s, "
+            f"sm{gpu['sm']}); {result['kv_cache_dtype']} KV at {result['seq_len']} tokens, "
+            f"kv_fraction {result['kv_fraction']}, {result['runtime_overhead_bytes'] / 1024**3:g} GiB runtime overhead assumed"
+        )
     table = Table(show_header=True, header_style="bold")
     table.add_column("format", no_wrap=True)
     for col in ("weights GB", "bf16 GB", "scales MB"):
         table.add_column(col, justify="right")
     if gpu:
-        for col in ("runs", f"seqs @{result['seq_len']}", "tok/s b=1", "tok/s @fit", "max_batch", "max_tokens"):
+        for col in (
+            "runs",
+            f"seqs @{result['seq_len']}",
+            "tok/s b=1",
+            "tok/s @fit",
+            "max_batch",
+            "max_tokens",
+        ):
             table.add_column(col, justify="right")
     for r in result["formats"]:
-        cells = [r["format"], f"{r['weight_bytes'] / GB:.2f}", f"{r['high_precision_bytes'] / GB:.2f}",
-                 f"{r['scale_bytes'] / 1e6:.1f}"]
+        cells = [
+            r["format"],
+            f"{r['weight_bytes'] / GB:.2f}",
+            f"{r['high_precision_bytes'] / GB:.2f}",
+            f"{r['scale_bytes'] / 1e6:.1f}",
+        ]
         if gpu:
-            cells += ["yes" if r["runs_on_gpu"] else "[red]no[/red]", _num(r["fit_sequences"]),
-                      _num(r["tokens_per_s_batch1"]), _num(r["tokens_per_s_at_fit"]),
-                      _num(r["suggested_max_batch_size"]), _num(r["suggested_max_num_tokens"])]
+            cells += [
+                "yes" if r["runs_on_gpu"] else "[red]no[/red]",
+                _num(r["fit_sequences"]),
+                _num(r["tokens_per_s_batch1"]),
+                _num(r["tokens_per_s_at_fit"]),
+                _num(r["suggested_max_batch_size"]),
+                _num(r["suggested_max_num_tokens"]),
+            ]
         table.add_row(*cells)
     console.print(table)
     if not gpu:
@@ -251,18 +320,44 @@ def render(result: dict) -> None:
 
 
 @click.command("plan")
-@click.option("--checkpoint", type=click.Path(path_type=Path, file_okay=False), help="HF checkpoint folder (reads config.json).")
-@click.option("--model-config", type=click.Path(path_type=Path, dir_okay=False), help="A HF config.json file.")
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="HF checkpoint folder (reads config.json).",
+)
+@click.option(
+    "--model-config", type=click.Path(path_type=Path, dir_okay=False), help="A HF config.json file."
+)
 @click.option("--preset", help=f"A known model: {', '.join(PRESETS)}.")
 @click.option("--gpu", "gpu_name", help="GPU to plan for (h200, 'NVIDIA H100 80GB HBM3', l40s...).")
-@click.option("--seq-len", type=click.IntRange(1), default=2048, show_default=True, help="Expected tokens per sequence (prompt + output).")
+@click.option(
+    "--seq-len",
+    type=click.IntRange(1),
+    default=2048,
+    show_default=True,
+    help="Expected tokens per sequence (prompt + output).",
+)
 @click.option("--max-seq-len", type=click.IntRange(1), help="Engine max_seq_len (default: --seq-len).")
-@click.option("--kv-fraction", type=click.FloatRange(0.01, 1.0), default=0.9, show_default=True,
-              help="kv_cache_free_gpu_mem_fraction.")
+@click.option(
+    "--kv-fraction",
+    type=click.FloatRange(0.01, 1.0),
+    default=0.9,
+    show_default=True,
+    help="kv_cache_free_gpu_mem_fraction.",
+)
 @click.option("--kv-cache", "kv_dtype", type=click.Choice(list(KV_BYTES)), default="bf16", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.plan`).")
-def plan_command(checkpoint: Path | None, model_config: Path | None, preset: str | None, gpu_name: str | None,
-                 seq_len: int, max_seq_len: int | None, kv_fraction: float, kv_dtype: str, as_json: bool) -> None:
+def plan_command(
+    checkpoint: Path | None,
+    model_config: Path | None,
+    preset: str | None,
+    gpu_name: str | None,
+    seq_len: int,
+    max_seq_len: int | None,
+    kv_fraction: float,
+    kv_dtype: str,
+    as_json: bool,
+) -> None:
     """Weights, KV cache, how many sequences fit and decode speed, per quantization format."""
     shape = load_shape(checkpoint, model_config, preset)
     gpu = lookup_gpu(gpu_name) if gpu_name else None
@@ -273,8 +368,9 @@ def plan_command(checkpoint: Path | None, model_config: Path | None, preset: str
         render(result)
 
 
-def check_fit(config: dict, fmt: str, kv_dtype: str, max_seq_len: int, gpus_per_engine: int, gpu: Gpu,
-              where: str) -> None:
+def check_fit(
+    config: dict, fmt: str, kv_dtype: str, max_seq_len: int, gpus_per_engine: int, gpu: Gpu, where: str
+) -> None:
     """Refuse a build whose weights plus one sequence of max_seq_len KV cannot fit on the target GPU."""
     shape = shape_from_config(config, where)
     weights = weight_bytes(shape, fmt)["weight_bytes"] / gpus_per_engine
@@ -284,4 +380,6 @@ def check_fit(config: dict, fmt: str, kv_dtype: str, max_seq_len: int, gpus_per_
         raise PipelineError(
             f"{where}: {fmt} weights {weights / GB:.1f} GB + KV for one {max_seq_len}-token sequence {kv / GB:.2f} GB "
             f"+ {RUNTIME_OVERHEAD / GB:.1f} GB runtime per GPU = {need / GB:.1f} GB > {gpu.name} {gpu.memory_bytes / GB:.1f} GB"
-            " - use a smaller format, a larger tp_size, or a lower build.max_seq_len", exit_code=2)
+            " - use a smaller format, a larger tp_size, or a lower build.max_seq_len",
+            exit_code=2,
+        )

@@ -27,8 +27,13 @@ class Reporter:
     def task(self, description: str, total: int | None) -> Iterator[Callable[[int], None]]:
         """A progress bar while the block runs; yields advance(n=1)."""
         progress = Progress(
-            TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=self.console, transient=True, disable=not self.console.is_terminal,
+            TextColumn("  {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
         )
         with progress:
             tid = progress.add_task(description, total=total)

@@ -22,8 +22,14 @@ KV_MIN_SM = {"none": 70, "fp8": 89, "int8": 80}
 # What ModelOpt writes as quantization.quant_algo / kv_cache_quant_algo in the TensorRT-LLM checkpoint,
 # and the TensorRT-LLM lines whose QuantAlgo knows it (tests/contracts/trtllm_checkpoint.json:
 # QuantAlgo.values_latest and v0.16.0_referenced_members; NVFP4 post-dates v0.16.0).
-QUANT_ALGO = {"none": None, "fp8": "FP8", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ",
-              "int8_sq": "W8A8_SQ_PER_CHANNEL", "nvfp4": "NVFP4"}
+QUANT_ALGO = {
+    "none": None,
+    "fp8": "FP8",
+    "int4_awq": "W4A16_AWQ",
+    "w4a8_awq": "W4A8_AWQ",
+    "int8_sq": "W8A8_SQ_PER_CHANNEL",
+    "nvfp4": "NVFP4",
+}
 KV_ALGO = {"none": None, "fp8": "FP8", "int8": "INT8"}
 TRTLLM_SUPPORTS = {
     "1.2": {"FP8", "W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL", "NVFP4", "INT8"},
@@ -44,7 +50,11 @@ def check_archs(q: Quantization, archs: list[str], where: str) -> None:
     need = max(FORMATS[q.format][1], KV_MIN_SM[q.kv_cache])
     for arch in archs:
         if sm_number(arch) < need:
-            what = f"format '{q.format}'" if FORMATS[q.format][1] >= KV_MIN_SM[q.kv_cache] else f"kv_cache '{q.kv_cache}'"
+            what = (
+                f"format '{q.format}'"
+                if FORMATS[q.format][1] >= KV_MIN_SM[q.kv_cache]
+                else f"kv_cache '{q.kv_cache}'"
+            )
             raise PipelineError(
                 f"{where}: {what} needs sm{need} or newer, but build.archs lists {arch} - "
                 f"drop {arch} from build.archs or choose another format for it",
@@ -54,10 +64,16 @@ def check_archs(q: Quantization, archs: list[str], where: str) -> None:
 
 def check_trtllm(q: Quantization, version: str, where: str) -> None:
     """Refuse a format the targeted TensorRT-LLM line cannot load."""
-    for algo, what in ((QUANT_ALGO[q.format], f"format '{q.format}'"), (KV_ALGO[q.kv_cache], f"kv_cache '{q.kv_cache}'")):
+    for algo, what in (
+        (QUANT_ALGO[q.format], f"format '{q.format}'"),
+        (KV_ALGO[q.kv_cache], f"kv_cache '{q.kv_cache}'"),
+    ):
         if algo and algo not in TRTLLM_SUPPORTS[version]:
-            raise PipelineError(f"{where}: {what} ({algo}) is not known to TensorRT-LLM {version} - "
-                                "set build.trtllm_version: 1.2 or choose another format", exit_code=2)
+            raise PipelineError(
+                f"{where}: {what} ({algo}) is not known to TensorRT-LLM {version} - "
+                "set build.trtllm_version: 1.2 or choose another format",
+                exit_code=2,
+            )
 
 
 def check_shapes(q: Quantization, config: dict, tp_size: int, where: str) -> None:
@@ -65,18 +81,26 @@ def check_shapes(q: Quantization, config: dict, tp_size: int, where: str) -> Non
     heads = int(config.get("num_attention_heads", 0))
     kv_heads = int(config.get("num_key_value_heads") or heads)
     if heads and heads % tp_size:
-        raise PipelineError(f"build.tp_size {tp_size} does not divide the model's {heads} attention heads - "
-                            f"use a tp_size that divides {heads}", exit_code=2)
+        raise PipelineError(
+            f"build.tp_size {tp_size} does not divide the model's {heads} attention heads - "
+            f"use a tp_size that divides {heads}",
+            exit_code=2,
+        )
     if kv_heads and kv_heads % tp_size and tp_size % kv_heads:
-        raise PipelineError(f"build.tp_size {tp_size} cannot split the model's {kv_heads} key/value heads - "
-                            f"use a divisor or multiple of {kv_heads}", exit_code=2)
+        raise PipelineError(
+            f"build.tp_size {tp_size} cannot split the model's {kv_heads} key/value heads - "
+            f"use a divisor or multiple of {kv_heads}",
+            exit_code=2,
+        )
     if q.format in ("int4_awq", "w4a8_awq"):
         for key in ("hidden_size", "intermediate_size"):
             dim = int(config.get(key, 0))
             if dim and (dim // tp_size) % q.awq_block_size:
                 raise PipelineError(
                     f"{where}: awq_block_size {q.awq_block_size} does not divide {key} {dim} / tp_size {tp_size} "
-                    f"= {dim // tp_size} - use a block size that divides it (64 or 32) or a smaller tp_size", exit_code=2)
+                    f"= {dim // tp_size} - use a block size that divides it (64 or 32) or a smaller tp_size",
+                    exit_code=2,
+                )
 
 
 def recipe(q: Quantization) -> dict | None:
@@ -86,7 +110,9 @@ def recipe(q: Quantization) -> dict | None:
     name = FORMATS[q.format][0]
     if name is None:
         if q.kv_cache != "none":
-            raise PipelineError("quantization.kv_cache needs a quantized format; set format or kv_cache: none", 2)
+            raise PipelineError(
+                "quantization.kv_cache needs a quantized format; set format or kv_cache: none", 2
+            )
         return None
     cfg = copy.deepcopy(getattr(mtq, name))
     entries = list(cfg["quant_cfg"])
@@ -95,10 +121,16 @@ def recipe(q: Quantization) -> dict | None:
             c = e.get("cfg")
             if e.get("quantizer_name") == "*weight_quantizer":
                 for item in c if isinstance(c, list) else [c]:
-                    if isinstance(item, dict) and isinstance(item.get("block_sizes"), dict) and -1 in item["block_sizes"]:
+                    if (
+                        isinstance(item, dict)
+                        and isinstance(item.get("block_sizes"), dict)
+                        and -1 in item["block_sizes"]
+                    ):
                         item["block_sizes"][-1] = q.awq_block_size
     entries += copy.deepcopy(KV_ENTRIES.get(q.kv_cache, []))
     for pattern in q.exclude:
-        entries.append({"quantizer_name": pattern if pattern.endswith("*") else pattern + "*", "enable": False})
+        entries.append(
+            {"quantizer_name": pattern if pattern.endswith("*") else pattern + "*", "enable": False}
+        )
     cfg["quant_cfg"] = entries
     return cfg

@@ -19,10 +19,21 @@ def eval_table(outcomes, cfg: Config) -> Table:
         r = art.manifest["results"]
         failures = gate_failures(r, cfg.quality_gate)
         if "skipped" in r:
-            t.add_row(o.variant, cfg.variant(o.variant).quantization.format, *["n/a"] * 5,
-                      "[red]FAIL[/red]" if failures else "not evaluated")
+            t.add_row(
+                o.variant,
+                cfg.variant(o.variant).quantization.format,
+                *["n/a"] * 5,
+                "[red]FAIL[/red]" if failures else "not evaluated",
+            )
             continue
-        t.add_row(o.variant, cfg.variant(o.variant).quantization.format, f"{r['kl_mean']:.5f}",
-                  f"{100 * r['top1_agreement']:.2f}%", f"{r['ppl_baseline']:.3f}", f"{r['ppl_quantized']:.3f}",
-                  f"{r['ppl_increase_pct']:+.2f}", "[red]FAIL[/red]" if failures else "pass")
+        t.add_row(
+            o.variant,
+            cfg.variant(o.variant).quantization.format,
+            f"{r['kl_mean']:.5f}",
+            f"{100 * r['top1_agreement']:.2f}%",
+            f"{r['ppl_baseline']:.3f}",
+            f"{r['ppl_quantized']:.3f}",
+            f"{r['ppl_increase_pct']:+.2f}",
+            "[red]FAIL[/red]" if failures else "pass",
+        )
     return t

@@ -31,8 +31,15 @@ def stage_index(stage: str) -> int:
 
 
 class Runner:
-    def __init__(self, cfg: Config, report: Reporter | None = None, force: set[str] | None = None,
-                 store: Store | None = None, skip_gate: bool = False, dry_run: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        report: Reporter | None = None,
+        force: set[str] | None = None,
+        store: Store | None = None,
+        skip_gate: bool = False,
+        dry_run: bool = False,
+    ):
         quiet_libraries()
         self.cfg = cfg
         self.dry_run = dry_run
@@ -44,8 +51,9 @@ class Runner:
         self._gpus: list | None = None
 
     # --- the generic cached step -------------------------------------------------------------
-    def step(self, stage: str, variant: str, arch: str, inputs: dict,
-             produce: Callable[[Path], dict]) -> Artifact:
+    def step(
+        self, stage: str, variant: str, arch: str, inputs: dict, produce: Callable[[Path], dict]
+    ) -> Artifact:
         model = self.cfg.model.name
         key = make_key(inputs)
         label = f"{variant}/{arch}" if arch != ANY_ARCH or stage != "quantize" else variant
@@ -61,7 +69,11 @@ class Runner:
                 why = "forced"
             elif previous:
                 changes = diff_inputs(previous[0].manifest.get("inputs", {}), inputs)
-                why = "changed: " + "; ".join(changes[:4]) + (f" (+{len(changes) - 4} more)" if len(changes) > 4 else "")
+                why = (
+                    "changed: "
+                    + "; ".join(changes[:4])
+                    + (f" (+{len(changes) - 4} more)" if len(changes) > 4 else "")
+                )
             else:
                 why = "no cached result"
             self.report.stage(stage, label, f"[cyan]running[/cyan] {key} ({why})")
@@ -69,12 +81,22 @@ class Runner:
             t0 = time.perf_counter()
             with self.store.staging(slot, key) as tmp:
                 results = produce(tmp)
-                art = self.store.commit(tmp, slot / key, {
-                    "stage": stage, "model": model, "variant": variant, "arch": arch,
-                    "created": started, "duration_s": round(time.perf_counter() - t0, 3),
-                    "inputs": inputs, "versions": toolchain.versions(), "environment": toolchain.environment(),
-                    "results": results,
-                })
+                art = self.store.commit(
+                    tmp,
+                    slot / key,
+                    {
+                        "stage": stage,
+                        "model": model,
+                        "variant": variant,
+                        "arch": arch,
+                        "created": started,
+                        "duration_s": round(time.perf_counter() - t0, 3),
+                        "inputs": inputs,
+                        "versions": toolchain.versions(),
+                        "environment": toolchain.environment(),
+                        "results": results,
+                    },
+                )
             self.report.stage(stage, label, f"[green]done[/green] {key} in {art.manifest['duration_s']:.1f}s")
             return art
 
@@ -97,8 +119,11 @@ class Runner:
         b = self.cfg.build
         check_shapes(variant.quantization, info.config, b.tp_size, where)
         if info.max_positions and b.max_seq_len > info.max_positions:
-            raise PipelineError(f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
-                                f"{info.max_positions} - lower build.max_seq_len", exit_code=2)
+            raise PipelineError(
+                f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
+                f"{info.max_positions} - lower build.max_seq_len",
+                exit_code=2,
+            )
         from .export_check import check_sliding_window
 
         check_sliding_window(info.config, b.max_seq_len, where)
@@ -106,7 +131,9 @@ class Runner:
             from .plan import check_fit
 
             kv = {"none": "bf16"}.get(variant.quantization.kv_cache, variant.quantization.kv_cache)
-            check_fit(info.config, variant.quantization.format, kv, b.max_seq_len, b.tp_size * b.pp_size, gpu, where)
+            check_fit(
+                info.config, variant.quantization.format, kv, b.max_seq_len, b.tp_size * b.pp_size, gpu, where
+            )
 
     def target_gpus(self) -> list:
         """GPUs to check memory against: build.gpu, else the GPU present when its arch is a build target."""
@@ -141,13 +168,25 @@ class Runner:
         inputs = {
             "checkpoint": fingerprint,
             "quantization": variant.quantization.model_dump(mode="json"),
-            "calibration": {**self.cfg.calibration.model_dump(mode="json", exclude={"data"}),
-                            "data_sha256": calset.sha256},
-            "export": {"dtype": b.dtype, "tp_size": b.tp_size, "pp_size": b.pp_size, "exports": list(exports)},
+            "calibration": {
+                **self.cfg.calibration.model_dump(mode="json", exclude={"data"}),
+                "data_sha256": calset.sha256,
+            },
+            "export": {
+                "dtype": b.dtype,
+                "tp_size": b.tp_size,
+                "pp_size": b.pp_size,
+                "exports": list(exports),
+            },
             "versions": toolchain.versions("torch", "transformers", "modelopt"),
         }
-        return self.step("quantize", variant.name, ANY_ARCH, inputs,
-                         lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report, exports))
+        return self.step(
+            "quantize",
+            variant.name,
+            ANY_ARCH,
+            inputs,
+            lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report, exports),
+        )
 
     def evaluate(self, variant: Variant, checkpoint: Artifact) -> Artifact:
         from .stages import evaluate
@@ -157,11 +196,19 @@ class Runner:
         inputs = {
             "checkpoint": fingerprint,
             "checkpoint_key": checkpoint.key,
-            "evaluation": {**self.cfg.evaluation.model_dump(mode="json", exclude={"data"}), "data_sha256": texts.sha256},
+            "evaluation": {
+                **self.cfg.evaluation.model_dump(mode="json", exclude={"data"}),
+                "data_sha256": texts.sha256,
+            },
             "versions": toolchain.versions("torch", "transformers", "modelopt"),
         }
-        return self.step("eval", variant.name, ANY_ARCH, inputs,
-                         lambda out: evaluate.run(self.cfg, variant, info, checkpoint.path, texts, self.report))
+        return self.step(
+            "eval",
+            variant.name,
+            ANY_ARCH,
+            inputs,
+            lambda out: evaluate.run(self.cfg, variant, info, checkpoint.path, texts, self.report),
+        )
 
     def gate(self, variant: Variant, evaluation: Artifact) -> str | None:
         """The reason a variant must not be built (quality gate failed), or None."""
@@ -172,7 +219,9 @@ class Runner:
             return None
         text = "; ".join(failures)
         if self.skip_gate:
-            self.report.warn(f"variant '{variant.name}' fails the quality gate ({text}); building it anyway (--skip-gate)")
+            self.report.warn(
+                f"variant '{variant.name}' fails the quality gate ({text}); building it anyway (--skip-gate)"
+            )
             return None
         self.report.stage("gate", variant.name, f"[red]FAIL[/red] {text} - not built")
         return f"variant '{variant.name}' fails the quality gate: {text}"
@@ -192,15 +241,24 @@ class Runner:
         }
         if self.dry_run:
             return self._dry_run(variant, checkpoint, arch, make_key(inputs))
-        return self.step("build", variant.name, arch, inputs,
-                         lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out, self.report))
+        return self.step(
+            "build",
+            variant.name,
+            arch,
+            inputs,
+            lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out, self.report),
+        )
 
     def _dry_run(self, variant: Variant, checkpoint: Artifact, arch: str, key: str) -> None:
         from .stages import build
 
         out = self.store.slot("build", self.cfg.model.name, variant.name, arch) / key
         if self.cfg.build.target != "engine":
-            self.report.stage("build", f"{variant.name}/{arch}", f"dry run: target {self.cfg.build.target} runs no build tool")
+            self.report.stage(
+                "build",
+                f"{variant.name}/{arch}",
+                f"dry run: target {self.cfg.build.target} runs no build tool",
+            )
             return None
         argv, reasons = build.engine_command(self.cfg, variant, checkpoint.path, arch, out)
         self.report.stage("build", f"{variant.name}/{arch}", "dry run (nothing is built):")
@@ -209,7 +267,9 @@ class Runner:
             self.report.info(f"    {flag:<28} {why}")
         return None
 
-    def repo(self, variant: Variant, engine: Artifact, arch: str, checkpoint: Artifact | None = None) -> Artifact:
+    def repo(
+        self, variant: Variant, engine: Artifact, arch: str, checkpoint: Artifact | None = None
+    ) -> Artifact:
         from .stages import repository
 
         models = Path(str(resources.files("model_repo")))
@@ -226,8 +286,13 @@ class Runner:
             tokenizer = checkpoint.path / "tokenizer"
             if not tokenizer.is_dir():
                 tokenizer = checkpoint.path / "state"
-        return self.step("repo", variant.name, arch, inputs,
-                         lambda out: repository.write_repository(out, engine.path, self.cfg, tokenizer_dir=tokenizer))
+        return self.step(
+            "repo",
+            variant.name,
+            arch,
+            inputs,
+            lambda out: repository.write_repository(out, engine.path, self.cfg, tokenizer_dir=tokenizer),
+        )
 
     def run(self, variants: list[Variant], until: str = "repo") -> list[Outcome]:
         """Run every stage up to `until` (at most `repo`; serving is the caller's) for each variant."""
@@ -262,5 +327,7 @@ class Runner:
     def raise_gate_failures(self) -> None:
         if self.gate_failures:
             raise PipelineError(
-                "\n".join(self.gate_failures) + "\nfix: choose another format, keep sensitive layers in high precision "
-                "with quantization.exclude, relax quality_gate, or pass --skip-gate")
+                "\n".join(self.gate_failures)
+                + "\nfix: choose another format, keep sensitive layers in high precision "
+                "with quantization.exclude, relax quality_gate, or pass --skip-gate"
+            )

@@ -36,8 +36,11 @@ def engine_trtllm_version(engine: Artifact) -> str | None:
     return v or engine.manifest.get("results", {}).get("environment", {}).get("tensorrt_llm")
 
 
-def select(candidates: list[tuple[Artifact, Artifact]], gpu: Gpu | None, installed: str | None = None,
-           ) -> tuple[Artifact, Artifact]:
+def select(
+    candidates: list[tuple[Artifact, Artifact]],
+    gpu: Gpu | None,
+    installed: str | None = None,
+) -> tuple[Artifact, Artifact]:
     """From (engine, repository) pairs, the one built for this GPU's arch and this TensorRT-LLM."""
     if not candidates:
         raise PipelineError("No engine built - run 'lpx build'")
@@ -45,27 +48,37 @@ def select(candidates: list[tuple[Artifact, Artifact]], gpu: Gpu | None, install
         return candidates[0]
     if gpu is None:
         archs = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
-        raise PipelineError(f"No NVIDIA GPU found (NVML and nvidia-smi see none), so none of the engines "
-                            f"({archs}) can be served here - run 'lpx doctor', or serve on a GPU of one of those archs")
+        raise PipelineError(
+            f"No NVIDIA GPU found (NVML and nvidia-smi see none), so none of the engines "
+            f"({archs}) can be served here - run 'lpx doctor', or serve on a GPU of one of those archs"
+        )
     installed = installed if installed is not None else version("tensorrt_llm")
     same_arch = [(e, r) for e, r in candidates if e.manifest["arch"] == gpu.sm]
     if not same_arch:
         built = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
-        raise PipelineError(f"This GPU is {gpu.name} ({gpu.sm}) but the engines were built for {built} - "
-                            f"add {gpu.sm} to build.archs and run 'lpx build' on a {gpu.sm} machine")
+        raise PipelineError(
+            f"This GPU is {gpu.name} ({gpu.sm}) but the engines were built for {built} - "
+            f"add {gpu.sm} to build.archs and run 'lpx build' on a {gpu.sm} machine"
+        )
     for e, r in same_arch:
         built_with = engine_trtllm_version(e)
         if installed is None or built_with is None or built_with == installed:
             return e, r
     e = same_arch[0][0]
-    raise PipelineError(f"The {gpu.sm} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
-                        f"has TensorRT-LLM {installed}; engines only load in the version that built them - "
-                        "rebuild with 'lpx build --force' here, or serve from a container with the same version")
+    raise PipelineError(
+        f"The {gpu.sm} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
+        f"has TensorRT-LLM {installed}; engines only load in the version that built them - "
+        "rebuild with 'lpx build --force' here, or serve from a container with the same version"
+    )
 
 
 def choose(outcome) -> tuple[Artifact, Artifact] | None:
     """The (engine, repository) of a runner outcome to serve on this machine; None if it has no repository."""
-    pairs = [(outcome.artifacts[f"build:{k[5:]}"], a) for k, a in outcome.artifacts.items() if k.startswith("repo:")]
+    pairs = [
+        (outcome.artifacts[f"build:{k[5:]}"], a)
+        for k, a in outcome.artifacts.items()
+        if k.startswith("repo:")
+    ]
     if not pairs:
         return None
     gpu = None if all(e.manifest["arch"] == "any" for e, _ in pairs) else detect_gpu()

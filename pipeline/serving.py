@@ -30,9 +30,16 @@ def _server(cfg: Config, variant: str, repo: Artifact | None):
     log = home() / "logs" / f"triton-{cfg.model.name}-{variant}.log"
     if repo is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-    return TritonServer(repo.path if repo else Path("."), host=s.host, http_port=s.http_port, grpc_port=s.grpc_port,
-                        metrics_port=s.metrics_port, log_path=log, ready_timeout_s=s.ready_timeout_s,
-                        world_size=world_size(cfg))
+    return TritonServer(
+        repo.path if repo else Path("."),
+        host=s.host,
+        http_port=s.http_port,
+        grpc_port=s.grpc_port,
+        metrics_port=s.metrics_port,
+        log_path=log,
+        ready_timeout_s=s.ready_timeout_s,
+        world_size=world_size(cfg),
+    )
 
 
 def world_size(cfg: Config) -> int:
@@ -49,24 +56,33 @@ def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter,
     report.stage("serve", variant, "starting tritonserver")
     t0 = time.perf_counter()
     with server:
-        report.stage("serve", variant, f"[green]ready[/green] in {time.perf_counter() - t0:.1f}s "
-                     f"(gRPC {server.grpc_url}, HTTP {server.http_url})")
+        report.stage(
+            "serve",
+            variant,
+            f"[green]ready[/green] in {time.perf_counter() - t0:.1f}s "
+            f"(gRPC {server.grpc_url}, HTTP {server.http_url})",
+        )
         out.print(f"[bold]prompt:[/bold] {DEMO_PROMPT}")
         out.print("[bold]output:[/bold] ", end="")
         start = time.perf_counter()
         chunks = []
-        for chunk in generate_stream(server.grpc_url, DEMO_PROMPT, SMOKE_TOKENS, model="ensemble", protocol="grpc"):
+        for chunk in generate_stream(
+            server.grpc_url, DEMO_PROMPT, SMOKE_TOKENS, model="ensemble", protocol="grpc"
+        ):
             chunks.append(chunk)
             out.print(chunk.text, end="", markup=False, highlight=False)
         out.print()
     if not chunks:
-        raise PipelineError("The server answered with no tokens - see the Triton log under "
-                            f"{home() / 'logs'}")
+        raise PipelineError(
+            f"The server answered with no tokens - see the Triton log under {home() / 'logs'}"
+        )
     ttft = chunks[0].t - start
     total = chunks[-1].t - start
     rate = (len(chunks) - 1) / (total - ttft) if len(chunks) > 1 and total > ttft else float("nan")
-    out.print(f"[bold]TTFT[/bold] {ttft * 1000:.0f} ms, [bold]{rate:.1f} tokens/s[/bold] after the first "
-              f"({len(chunks)} chunks in {total:.2f}s); server stopped")
+    out.print(
+        f"[bold]TTFT[/bold] {ttft * 1000:.0f} ms, [bold]{rate:.1f} tokens/s[/bold] after the first "
+        f"({len(chunks)} chunks in {total:.2f}s); server stopped"
+    )
     return {"ttft_s": ttft, "total_s": total, "chunks": len(chunks)}
 
 
@@ -81,11 +97,25 @@ def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Report
     with server:
         rec = _record_path()
         rec.parent.mkdir(parents=True, exist_ok=True)
-        rec.write_text(json.dumps({"pid": os.getpid(), "grpc_url": server.grpc_url, "http_url": server.http_url,
-                                   "metrics_url": server.metrics_url, "repo": str(repo.path),
-                                   "model": cfg.model.name, "variant": variant}))
-        report.stage("serve", variant, f"[green]ready[/green]: gRPC {server.grpc_url}, HTTP {server.http_url}, "
-                     f"metrics {server.metrics_url} - Ctrl-C to stop")
+        rec.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "grpc_url": server.grpc_url,
+                    "http_url": server.http_url,
+                    "metrics_url": server.metrics_url,
+                    "repo": str(repo.path),
+                    "model": cfg.model.name,
+                    "variant": variant,
+                }
+            )
+        )
+        report.stage(
+            "serve",
+            variant,
+            f"[green]ready[/green]: gRPC {server.grpc_url}, HTTP {server.http_url}, "
+            f"metrics {server.metrics_url} - Ctrl-C to stop",
+        )
         try:
             serve_forever(server)
         finally:
@@ -100,4 +130,6 @@ def running_server() -> dict:
         os.kill(int(info["pid"]), 0)
         return info
     except (OSError, ValueError, KeyError):
-        raise PipelineError("No running 'lpx serve' found - start one, or pass --url HOST:PORT", exit_code=1) from None
+        raise PipelineError(
+            "No running 'lpx serve' found - start one, or pass --url HOST:PORT", exit_code=1
+        ) from None

@@ -30,11 +30,19 @@ ONE = (1,)
 # name, dtype, dims, optional, reshape, ragged - upstream's values (tensorrtllm_backend_models.json)
 # The request tensors: the ensemble's and the BLS model's are the same (upstream declares both alike).
 REQUEST_IN = [
-    ("text_input", S, ONE), ("max_tokens", I32, ONE),
-    ("bad_words", S, (-1,), True), ("stop_words", S, (-1,), True),
-    ("exclude_input_in_output", B, ONE, True), ("end_id", I32, ONE, True), ("pad_id", I32, ONE, True),
-    ("top_k", I32, ONE, True), ("top_p", F32, ONE, True), ("temperature", F32, ONE, True),
-    ("seed", U64, ONE, True), ("stream", B, ONE, True), ("return_num_output_tokens", B, ONE, True),
+    ("text_input", S, ONE),
+    ("max_tokens", I32, ONE),
+    ("bad_words", S, (-1,), True),
+    ("stop_words", S, (-1,), True),
+    ("exclude_input_in_output", B, ONE, True),
+    ("end_id", I32, ONE, True),
+    ("pad_id", I32, ONE, True),
+    ("top_k", I32, ONE, True),
+    ("top_p", F32, ONE, True),
+    ("temperature", F32, ONE, True),
+    ("seed", U64, ONE, True),
+    ("stream", B, ONE, True),
+    ("return_num_output_tokens", B, ONE, True),
 ]
 # The response tensors: num_output_tokens = the tokens this response carries (a streamed delta's count,
 # or the whole output's), so a client counts tokens without re-tokenizing text (upstream: output_ids.size
@@ -47,28 +55,56 @@ TENSORS: list[Spec] = [
     *_specs("ensemble", "out", REQUEST_OUT),
     *_specs("tensorrt_llm_bls", "in", REQUEST_IN),
     *_specs("tensorrt_llm_bls", "out", REQUEST_OUT),
-    *_specs("preprocessing", "in", [
-        ("QUERY", S, ONE), ("REQUEST_OUTPUT_LEN", I32, ONE),
-        ("BAD_WORDS_DICT", S, (-1,), True), ("STOP_WORDS_DICT", S, (-1,), True),
-        ("END_ID", I32, ONE, True), ("PAD_ID", I32, ONE, True),
-    ]),
-    *_specs("preprocessing", "out", [
-        ("INPUT_ID", I32, (-1,)), ("REQUEST_INPUT_LEN", I32, ONE), ("BAD_WORDS_IDS", I32, (2, -1)),
-        ("STOP_WORDS_IDS", I32, (2, -1)), ("REQUEST_OUTPUT_LEN", I32, (-1,)),
-        ("OUT_END_ID", I32, ONE), ("OUT_PAD_ID", I32, ONE),
-    ]),
-    *_specs("tensorrt_llm", "in", [
-        ("input_ids", I32, (-1,), False, None, True), ("input_lengths", I32, ONE, False, ()),
-        ("request_output_len", I32, ONE, False, ()),
-        ("end_id", I32, ONE, True, ()), ("pad_id", I32, ONE, True, ()),
-        ("stop_words_list", I32, (2, -1), True, None, True), ("bad_words_list", I32, (2, -1), True, None, True),
-        ("temperature", F32, ONE, True, ()), ("runtime_top_k", I32, ONE, True, ()),
-        ("runtime_top_p", F32, ONE, True, ()), ("seed", U64, ONE, True, ()),
-        ("exclude_input_in_output", B, ONE, True, ()), ("streaming", B, ONE, True, ()),
-        ("return_num_output_tokens", B, ONE, True, ()),
-    ]),
-    *_specs("tensorrt_llm", "out", [("output_ids", I32, (-1, -1)), ("sequence_length", I32, (-1,)),
-                                    ("num_output_tokens", I32, ONE)]),
+    *_specs(
+        "preprocessing",
+        "in",
+        [
+            ("QUERY", S, ONE),
+            ("REQUEST_OUTPUT_LEN", I32, ONE),
+            ("BAD_WORDS_DICT", S, (-1,), True),
+            ("STOP_WORDS_DICT", S, (-1,), True),
+            ("END_ID", I32, ONE, True),
+            ("PAD_ID", I32, ONE, True),
+        ],
+    ),
+    *_specs(
+        "preprocessing",
+        "out",
+        [
+            ("INPUT_ID", I32, (-1,)),
+            ("REQUEST_INPUT_LEN", I32, ONE),
+            ("BAD_WORDS_IDS", I32, (2, -1)),
+            ("STOP_WORDS_IDS", I32, (2, -1)),
+            ("REQUEST_OUTPUT_LEN", I32, (-1,)),
+            ("OUT_END_ID", I32, ONE),
+            ("OUT_PAD_ID", I32, ONE),
+        ],
+    ),
+    *_specs(
+        "tensorrt_llm",
+        "in",
+        [
+            ("input_ids", I32, (-1,), False, None, True),
+            ("input_lengths", I32, ONE, False, ()),
+            ("request_output_len", I32, ONE, False, ()),
+            ("end_id", I32, ONE, True, ()),
+            ("pad_id", I32, ONE, True, ()),
+            ("stop_words_list", I32, (2, -1), True, None, True),
+            ("bad_words_list", I32, (2, -1), True, None, True),
+            ("temperature", F32, ONE, True, ()),
+            ("runtime_top_k", I32, ONE, True, ()),
+            ("runtime_top_p", F32, ONE, True, ()),
+            ("seed", U64, ONE, True, ()),
+            ("exclude_input_in_output", B, ONE, True, ()),
+            ("streaming", B, ONE, True, ()),
+            ("return_num_output_tokens", B, ONE, True, ()),
+        ],
+    ),
+    *_specs(
+        "tensorrt_llm",
+        "out",
+        [("output_ids", I32, (-1, -1)), ("sequence_length", I32, (-1,)), ("num_output_tokens", I32, ONE)],
+    ),
     *_specs("postprocessing", "in", [("TOKENS_BATCH", I32, (-1, -1)), ("SEQUENCE_LENGTH", I32, (-1,))]),
     *_specs("postprocessing", "out", [("OUTPUT", S, (-1,))]),
 ]
@@ -82,7 +118,7 @@ def triton_dtype(model: str, name: str) -> str | None:
     """The client-side datatype ("INT32", "BYTES", ...) of one input, or None if the model has no such input."""
     for s in specs(model, "in"):
         if s.name == name:
-            return "BYTES" if s.dtype == "TYPE_STRING" else s.dtype[len("TYPE_"):]
+            return "BYTES" if s.dtype == "TYPE_STRING" else s.dtype[len("TYPE_") :]
     return None
 
 
@@ -251,5 +287,16 @@ TRTLLM_IO: dict[str, dict[str, list[tuple]]] = {
 def trtllm_specs(version: str, io: str, dtypes: dict[str, str]) -> list[Spec]:
     """The engine target's `tensorrt_llm` tensors for one contract version, `${var}` types filled from dtypes."""
     rows = TRTLLM_IO[version][io]
-    return [Spec("tensorrt_llm", io, name, dtypes[dt[2:-1]] if dt.startswith("${") else dt, dims, opt, reshape, ragged)
-            for name, dt, dims, opt, reshape, ragged in rows]
+    return [
+        Spec(
+            "tensorrt_llm",
+            io,
+            name,
+            dtypes[dt[2:-1]] if dt.startswith("${") else dt,
+            dims,
+            opt,
+            reshape,
+            ragged,
+        )
+        for name, dt, dims, opt, reshape, ragged in rows
+    ]

@@ -41,18 +41,22 @@ def build_engine(ckpt: Path, home: Path, fmt: str = "none", **build) -> Path:
     from pipeline.runner import Runner
 
     os.environ["LPX_HOME"] = str(home)
-    cfg = parse_config({
-        "model": {"name": "bench-engine", "checkpoint": str(ckpt)},
-        "variants": [{"name": fmt, "quantization": {"format": fmt}}],
-        "calibration": {"samples": 4, "seq_len": 64, "batch_size": 4},
-        "build": {"target": "torch", "archs": ["sm90"], **build},
-    })
+    cfg = parse_config(
+        {
+            "model": {"name": "bench-engine", "checkpoint": str(ckpt)},
+            "variants": [{"name": fmt, "quantization": {"format": fmt}}],
+            "calibration": {"samples": 4, "seq_len": 64, "batch_size": 4},
+            "build": {"target": "torch", "archs": ["sm90"], **build},
+        }
+    )
     runner = Runner(cfg, Reporter(Console(file=io.StringIO())))
     variant = cfg.variants[0]
     return runner.build(variant, runner.quantize(variant), "sm90").path
 
 
-def one_level(engine, concurrency: int, requests: int, input_len: int, output_len: int, vocab: int, seed: int):
+def one_level(
+    engine, concurrency: int, requests: int, input_len: int, output_len: int, vocab: int, seed: int
+):
     """`concurrency` threads, each sending requests back to back until `requests` have been sent."""
     import numpy as np
 
@@ -89,18 +93,27 @@ def one_level(engine, concurrency: int, requests: int, input_len: int, output_le
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return Run(records, wall, time.process_time() - cpu0, "output_ids",
-               {"mode": "closed", "concurrency": concurrency, "requests": requests, "warmup": 0})
+    return Run(
+        records,
+        wall,
+        time.process_time() - cpu0,
+        "output_ids",
+        {"mode": "closed", "concurrency": concurrency, "requests": requests, "warmup": 0},
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=["1b", "tiny"], default="1b")
     ap.add_argument("--concurrency", default="1,8,32")
-    ap.add_argument("--requests", type=int, default=0, help="Requests per level (default: 2 x concurrency, >= 4).")
+    ap.add_argument(
+        "--requests", type=int, default=0, help="Requests per level (default: 2 x concurrency, >= 4)."
+    )
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--gpu", help="GPU for the roofline (default: the one torch sees, if LPX's table knows it).")
+    ap.add_argument(
+        "--gpu", help="GPU for the roofline (default: the one torch sees, if LPX's table knows it)."
+    )
     ap.add_argument("--modes", default="on", help="Batch-invariant attention: on, off or on,off.")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -123,8 +136,14 @@ def main() -> None:
     ckpt = write_model(work / "ckpt", args.shape)
     t0 = time.perf_counter()
     seq = args.input_len + args.output_len
-    engine_dir = build_engine(ckpt, work / "home", max_batch_size=max(levels), max_input_len=args.input_len,
-                              max_seq_len=seq + 1, max_num_tokens=max(2048, args.input_len * 4))
+    engine_dir = build_engine(
+        ckpt,
+        work / "home",
+        max_batch_size=max(levels),
+        max_input_len=args.input_len,
+        max_seq_len=seq + 1,
+        max_num_tokens=max(2048, args.input_len * 4),
+    )
     print(f"device {device}; engine built in {time.perf_counter() - t0:.1f} s at {engine_dir}", flush=True)
     vocab = SHAPES[args.shape]["vocab_size"]
     modes = [m.strip() for m in args.modes.split(",")]
@@ -132,7 +151,9 @@ def main() -> None:
         raise SystemExit("--modes takes on, off or on,off")
     results, by_mode = [], {}
     for mode in modes:
-        with TorchEngine(engine_dir, batch_invariant=mode == "on") as engine:  # on the GPU when torch sees one
+        with TorchEngine(
+            engine_dir, batch_invariant=mode == "on"
+        ) as engine:  # on the GPU when torch sees one
             print(f"engine on {next(engine.model.parameters()).device}, batch_invariant {mode}", flush=True)
             one_level(engine, 2, 2, args.input_len, 8, vocab, seed=99)  # warm-up (kernels, allocator)
             for c in levels:
@@ -141,11 +162,24 @@ def main() -> None:
                 r["batch_invariant"] = mode
                 results.append(r)
                 by_mode[(mode, c)] = r["output_tokens_per_s"]
-                print(f"c={c} ({mode}): {r['succeeded']}/{r['requests']} ok, {r['output_tokens_per_s']:.0f} tok/s, "
-                      f"TTFT p50 {r['ttft_ms']['p50']:.1f} ms, ITL mean {r['itl_ms']['mean']:.2f} ms", flush=True)
-                doc = {"target": {"url": "in-process", "model": "torch engine", "protocol": "none",
-                                  "input_len": args.input_len, "output_len": args.output_len, "shape": args.shape},
-                       "results": results, "environment": report.environment(), "device": device}
+                print(
+                    f"c={c} ({mode}): {r['succeeded']}/{r['requests']} ok, {r['output_tokens_per_s']:.0f} tok/s, "
+                    f"TTFT p50 {r['ttft_ms']['p50']:.1f} ms, ITL mean {r['itl_ms']['mean']:.2f} ms",
+                    flush=True,
+                )
+                doc = {
+                    "target": {
+                        "url": "in-process",
+                        "model": "torch engine",
+                        "protocol": "none",
+                        "input_len": args.input_len,
+                        "output_len": args.output_len,
+                        "shape": args.shape,
+                    },
+                    "results": results,
+                    "environment": report.environment(),
+                    "device": device,
+                }
                 if gpu is not None:
                     roofline.roofline(doc, gpu, ckpt, "none", "bf16")
                     print("\n".join(roofline.markdown(doc)[-1:]), flush=True)

@@ -34,14 +34,40 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = {  # TinyLlama-1.1B's and Llama-3.1-8B's published shapes; 'tiny' for CPU smoke runs
-    "1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-               num_key_value_heads=4, vocab_size=32000),
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
-               rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
-    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512),
+    "1b": dict(
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        vocab_size=32000,
+    ),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    ),
+    "tiny": dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+    ),
 }
 ALL_FORMATS = ["none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4"]
 
@@ -55,8 +81,13 @@ def write_model(dest: Path, shape: str) -> Path:
 
     torch.manual_seed(0)
     tok = _train_tokenizer(paragraphs(corpus_text()), vocab_size=512)
-    cfg = LlamaConfig(**{"max_position_embeddings": 4096, **SHAPES[shape]}, architectures=["LlamaForCausalLM"],
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = LlamaConfig(
+        **{"max_position_embeddings": 4096, **SHAPES[shape]},
+        architectures=["LlamaForCausalLM"],
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # initialize in bf16: no fp32 copy of 8B weights
     try:
@@ -77,11 +108,18 @@ def scratch_dir(shape: str) -> Path | None:
 
     from pipeline.plan import shape_from_config, weight_bytes
 
-    need = 3.5 * weight_bytes(shape_from_config(LlamaConfig(**SHAPES[shape]).to_dict(), shape), "none")["weight_bytes"]
+    need = (
+        3.5
+        * weight_bytes(shape_from_config(LlamaConfig(**SHAPES[shape]).to_dict(), shape), "none")[
+            "weight_bytes"
+        ]
+    )
     shm = Path("/dev/shm")
     if os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= need:
         return shm
-    print(f"/dev/shm cannot hold {need / 2**30:.0f} GiB: working in {tempfile.gettempdir()} (disk speed is measured)")
+    print(
+        f"/dev/shm cannot hold {need / 2**30:.0f} GiB: working in {tempfile.gettempdir()} (disk speed is measured)"
+    )
     return None
 
 
@@ -146,14 +184,18 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path, exports: tuple[str, ...]
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).to(dev).eval()
     t["load_s"] = time.perf_counter() - t0
     gpu_memory("load", mem)
-    batches = [tok(cal[i:i + 4], return_tensors="pt", padding=True, truncation=True, max_length=256)
-               for i in range(0, len(cal), 4)]
+    batches = [
+        tok(cal[i : i + 4], return_tensors="pt", padding=True, truncation=True, max_length=256)
+        for i in range(0, len(cal), 4)
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         if quant_cfg is not None:
+
             def loop(m):
                 for b in batches:
                     with torch.no_grad():
                         m(input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev))
+
             t0 = time.perf_counter()
             model = mtq.quantize(model, quant_cfg, loop)
             _sync()
@@ -166,7 +208,9 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path, exports: tuple[str, ...]
             (out / "state").mkdir()
             mto.save(model, out / "state" / "modelopt_state.pth")
         if "trtllm" in exports:
-            export_tensorrt_llm_checkpoint(model, "llama", torch.bfloat16, out / "trtllm", inference_tensor_parallel=1)
+            export_tensorrt_llm_checkpoint(
+                model, "llama", torch.bfloat16, out / "trtllm", inference_tensor_parallel=1
+            )
             gpu_memory("export_trtllm", mem)
         m2 = model
         if "hf" in exports:
@@ -174,7 +218,9 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path, exports: tuple[str, ...]
                 del model
                 peak_gc()
                 t1 = time.perf_counter()
-                m2 = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.bfloat16).to(dev)
+                m2 = AutoModelForCausalLM.from_config(
+                    AutoConfig.from_pretrained(ckpt), dtype=torch.bfloat16
+                ).to(dev)
                 mto.restore(m2, out / "state" / "modelopt_state.pth")
                 _sync()
                 t["restore_s"] = time.perf_counter() - t1
@@ -217,15 +263,19 @@ def _sync():
 def lpx_config(ckpt: Path, fmt: str, kv: str, samples: int, target: str, exports: list[str]):
     from pipeline.config import parse_config
 
-    return parse_config({
-        "model": {"name": "bench", "checkpoint": str(ckpt)},
-        "variants": [{"name": fmt, "quantization": {"format": fmt, "kv_cache": kv, "exports": exports}}],
-        "calibration": {"samples": samples, "seq_len": 256, "batch_size": 4},
-        "build": {"archs": ["sm100"], "target": target, "max_input_len": 2048, "max_seq_len": 4096},
-    })
+    return parse_config(
+        {
+            "model": {"name": "bench", "checkpoint": str(ckpt)},
+            "variants": [{"name": fmt, "quantization": {"format": fmt, "kv_cache": kv, "exports": exports}}],
+            "calibration": {"samples": samples, "seq_len": 256, "batch_size": 4},
+            "build": {"archs": ["sm100"], "target": target, "max_input_len": 2048, "max_seq_len": 4096},
+        }
+    )
 
 
-def lpx_stage(ckpt: Path, fmt: str, kv: str, samples: int, home: Path, target: str, exports: list[str]) -> dict:
+def lpx_stage(
+    ckpt: Path, fmt: str, kv: str, samples: int, home: Path, target: str, exports: list[str]
+) -> dict:
     from rich.console import Console
 
     from pipeline.progress import Reporter
@@ -248,11 +298,22 @@ def lpx_stage(ckpt: Path, fmt: str, kv: str, samples: int, home: Path, target: s
     export = sum(v for k, v in tm.items() if k.startswith(("export_", "save_state", "restore")))
     disk = tree_bytes(art.path)
     shutil.rmtree(home, ignore_errors=True)  # measured: free the disk for the next format
-    return {"load_s": tm.get("load_s"), "calibrate_s": tm.get("calibrate_s"), "export_s": export,
-            "restore_s": tm.get("restore_s"), "timings": tm, "stage_wall_s": wall, "peak_gib": (peak := peak_gib()),
-            "peak_above_start_gib": above_start(peak, start), "exports": r["exports"], "notes": r["notes"],
-            "export_check": r["export_check"], "disk_bytes": disk, "disk_estimate": r["disk"],
-            "gpu_memory_gib": {**start, **r.get("gpu_memory_gib", {})}}
+    return {
+        "load_s": tm.get("load_s"),
+        "calibrate_s": tm.get("calibrate_s"),
+        "export_s": export,
+        "restore_s": tm.get("restore_s"),
+        "timings": tm,
+        "stage_wall_s": wall,
+        "peak_gib": (peak := peak_gib()),
+        "peak_above_start_gib": above_start(peak, start),
+        "exports": r["exports"],
+        "notes": r["notes"],
+        "export_check": r["export_check"],
+        "disk_bytes": disk,
+        "disk_estimate": r["disk"],
+        "gpu_memory_gib": {**start, **r.get("gpu_memory_gib", {})},
+    }
 
 
 def main() -> None:
@@ -260,12 +321,22 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     ap.add_argument("--formats", default=",".join(ALL_FORMATS))
     ap.add_argument("--samples", type=int, default=32)
-    ap.add_argument("--target", choices=["engine", "llmapi", "torch"], default="engine",
-                    help="build.target: decides the exports both runs write (default engine: the TensorRT-LLM checkpoint).")
-    ap.add_argument("--exports", default="", help="Extra exports, as quantization.exports (comma list of trtllm,hf,state).")
+    ap.add_argument(
+        "--target",
+        choices=["engine", "llmapi", "torch"],
+        default="engine",
+        help="build.target: decides the exports both runs write (default engine: the TensorRT-LLM checkpoint).",
+    )
+    ap.add_argument(
+        "--exports",
+        default="",
+        help="Extra exports, as quantization.exports (comma list of trtllm,hf,state).",
+    )
     ap.add_argument("--skip-bare", action="store_true", help="Only LPX's stage (saves device time).")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--workdir", type=Path, help="Scratch folder (default: /dev/shm, so disk speed is not measured).")
+    ap.add_argument(
+        "--workdir", type=Path, help="Scratch folder (default: /dev/shm, so disk speed is not measured)."
+    )
     args = ap.parse_args()
 
     import torch
@@ -288,9 +359,12 @@ def main() -> None:
     kv_for = {"fp8": "fp8", "w4a8_awq": "fp8", "nvfp4": "fp8", "int8_sq": "int8"}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     free = shutil.disk_usage(work).free
-    print(f"device {device}, shape {args.shape}, {sum(p.stat().st_size for p in ckpt.glob('*.safetensors')) / 2**30:.2f} GiB "
-          f"of weights written in {write_s:.1f}s, {len(cal)} calibration samples x <=256 tokens, target {args.target}"
-          f"{' + ' + ','.join(extra) if extra else ''}, {free / 2**30:.1f} GiB free in {work}", flush=True)
+    print(
+        f"device {device}, shape {args.shape}, {sum(p.stat().st_size for p in ckpt.glob('*.safetensors')) / 2**30:.2f} GiB "
+        f"of weights written in {write_s:.1f}s, {len(cal)} calibration samples x <=256 tokens, target {args.target}"
+        f"{' + ' + ','.join(extra) if extra else ''}, {free / 2**30:.1f} GiB free in {work}",
+        flush=True,
+    )
     # warm-up: ModelOpt compiles its CUDA extensions on first use; keep that out of both timings
     for fmt in args.formats.split(","):
         kv = kv_for.get(fmt, "none")
@@ -307,31 +381,62 @@ def main() -> None:
             shutil.rmtree(work / f"bare-{fmt}", ignore_errors=True)  # bare's outputs go before LPX's run
         s = lpx_stage(ckpt, fmt, kv, len(cal), work / "home", args.target, extra)
         bare_total = None if b is None else b["load_s"] + b.get("calibrate_s", 0) + b["export_s"]
-        row = {"format": fmt, "kv_cache": kv, "target": args.target, "exports": list(exports), "bare": b, "lpx": s,
-               "bare_total_s": bare_total,
-               "overhead_pct": None if bare_total is None else 100 * (s["stage_wall_s"] / bare_total - 1)}
+        row = {
+            "format": fmt,
+            "kv_cache": kv,
+            "target": args.target,
+            "exports": list(exports),
+            "bare": b,
+            "lpx": s,
+            "bare_total_s": bare_total,
+            "overhead_pct": None if bare_total is None else 100 * (s["stage_wall_s"] / bare_total - 1),
+        }
         rows.append(row)
         pk = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
         gib = lambda d: f"{sum(d.values()) / 2**30:.2f}"  # noqa: E731
         if b is not None:
-            print(f"{fmt:9} kv={kv:5} calibrate {b.get('calibrate_s', 0):7.2f}s bare / {s['calibrate_s'] or 0:7.2f}s lpx | "
-                  f"export {b['export_s']:6.2f}s / {s['export_s']:6.2f}s | peak GiB above start "
-                  f"{pk(b['peak_above_start_gib'])} / {pk(s['peak_above_start_gib'])} | "
-                  f"total {bare_total:6.2f}s / {s['stage_wall_s']:6.2f}s ({row['overhead_pct']:+.1f}%)", flush=True)
+            print(
+                f"{fmt:9} kv={kv:5} calibrate {b.get('calibrate_s', 0):7.2f}s bare / {s['calibrate_s'] or 0:7.2f}s lpx | "
+                f"export {b['export_s']:6.2f}s / {s['export_s']:6.2f}s | peak GiB above start "
+                f"{pk(b['peak_above_start_gib'])} / {pk(s['peak_above_start_gib'])} | "
+                f"total {bare_total:6.2f}s / {s['stage_wall_s']:6.2f}s ({row['overhead_pct']:+.1f}%)",
+                flush=True,
+            )
         else:
-            print(f"{fmt:9} kv={kv:5} lpx: calibrate {s['calibrate_s'] or 0:7.2f}s, export {s['export_s']:6.2f}s, "
-                  f"peak GiB above start {pk(s['peak_above_start_gib'])}, total {s['stage_wall_s']:6.2f}s", flush=True)
-        print(f"    exports {','.join(exports)}: disk GiB bare {gib(b['disk_bytes']) if b else 'n/a'} / lpx "
-              f"{gib(s['disk_bytes'])} (" + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in s["disk_bytes"].items()) + ")"
-              f"; restore bare {pk(b.get('restore_s') if b else None)}s / lpx {pk(s['restore_s'])}s", flush=True)
+            print(
+                f"{fmt:9} kv={kv:5} lpx: calibrate {s['calibrate_s'] or 0:7.2f}s, export {s['export_s']:6.2f}s, "
+                f"peak GiB above start {pk(s['peak_above_start_gib'])}, total {s['stage_wall_s']:6.2f}s",
+                flush=True,
+            )
+        print(
+            f"    exports {','.join(exports)}: disk GiB bare {gib(b['disk_bytes']) if b else 'n/a'} / lpx "
+            f"{gib(s['disk_bytes'])} ("
+            + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in s["disk_bytes"].items())
+            + ")"
+            f"; restore bare {pk(b.get('restore_s') if b else None)}s / lpx {pk(s['restore_s'])}s",
+            flush=True,
+        )
         for who, m in (("bare", b["gpu_memory_gib"] if b else {}), ("lpx", s["gpu_memory_gib"])):
             if m:
-                print(f"    {who:4} GiB allocated/peak after " + ", ".join(
-                    f"{k} {v['allocated']:.2f}/{v['peak']:.2f}" for k, v in m.items()), flush=True)
+                print(
+                    f"    {who:4} GiB allocated/peak after "
+                    + ", ".join(f"{k} {v['allocated']:.2f}/{v['peak']:.2f}" for k, v in m.items()),
+                    flush=True,
+                )
         if args.out:  # after every format: a run cut short keeps what it measured
-            args.out.write_text(json.dumps({"device": device, "shape": args.shape, "target": args.target,
-                                            "extra_exports": extra, "checkpoint_write_s": write_s, "rows": rows},
-                                           indent=2))
+            args.out.write_text(
+                json.dumps(
+                    {
+                        "device": device,
+                        "shape": args.shape,
+                        "target": args.target,
+                        "extra_exports": extra,
+                        "checkpoint_write_s": write_s,
+                        "rows": rows,
+                    },
+                    indent=2,
+                )
+            )
     shutil.rmtree(work, ignore_errors=True)
 
 

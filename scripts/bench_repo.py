@@ -52,8 +52,15 @@ def build_repo(work: Path, fmt: str) -> tuple[Path, Path]:
     from pipeline.demo import demo_config_dict, write_checkpoint
     from pipeline.stages.repository import write_repository
 
-    built = build_engine(write_checkpoint(work / "checkpoint"), work / "home", fmt, max_batch_size=8,
-                         max_input_len=512, max_seq_len=2048, max_num_tokens=4096)
+    built = build_engine(
+        write_checkpoint(work / "checkpoint"),
+        work / "home",
+        fmt,
+        max_batch_size=8,
+        max_input_len=512,
+        max_seq_len=2048,
+        max_num_tokens=4096,
+    )
     engine = work / "engine"  # a copy: its config files are edited below
     shutil.copytree(built, engine)
     # the engine always ends on generation_config's EOS too: make it an id the model does not produce,
@@ -119,8 +126,13 @@ class Streamer:
 
 
 def metrics(url: str, model: str) -> dict[str, float]:
-    names = ("nv_inference_compute_infer_duration_us", "nv_inference_request_duration_us",
-             "nv_inference_request_success", "nv_inference_exec_count", "nv_inference_count")
+    names = (
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_request_duration_us",
+        "nv_inference_request_success",
+        "nv_inference_exec_count",
+        "nv_inference_count",
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"http://{url}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -143,7 +155,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16, help="output tokens per request for (a)")
     ap.add_argument("--format", default="fp8", choices=["fp8", "none"])
-    ap.add_argument("--work", type=Path, default=None, help="folder for checkpoint/engine/repo (default: temp)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="folder for checkpoint/engine/repo (default: temp)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
 
@@ -162,25 +176,44 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(engine)
     ids = tok(PROMPT)["input_ids"]  # preprocessing adds special tokens too (add_special_tokens: true)
     never = end_id(engine)
-    report: dict = {"prompt_tokens": len(ids), "format": args.format, "requests": args.requests,
-                    "warmup": args.warmup, "output_tokens": args.tokens, "end_id": never}
+    report: dict = {
+        "prompt_tokens": len(ids),
+        "format": args.format,
+        "requests": args.requests,
+        "warmup": args.warmup,
+        "output_tokens": args.tokens,
+        "end_id": never,
+    }
 
     with TritonServer(repo, log_path=work / "triton.log", ready_timeout_s=300) as srv:
         admin = grpcclient.InferenceServerClient(srv.grpc_url)
-        models = sorted(m.name for m in admin.get_model_repository_index().models if admin.is_model_ready(m.name))
+        models = sorted(
+            m.name for m in admin.get_model_repository_index().models if admin.is_model_ready(m.name)
+        )
         admin.close()
         report["models"] = models
         print(f"server ready (gRPC {srv.grpc_url}, metrics {srv.metrics_url}); models: {', '.join(models)}")
         s = Streamer(srv.grpc_url)
 
         def text_inputs(n: int) -> list:
-            return s.tensors({"text_input": np.array([[PROMPT.encode()]], dtype=object),
-                              "max_tokens": np.array([[n]], np.int32), "end_id": np.array([[never]], np.int32),
-                              "stream": np.array([[True]])})
+            return s.tensors(
+                {
+                    "text_input": np.array([[PROMPT.encode()]], dtype=object),
+                    "max_tokens": np.array([[n]], np.int32),
+                    "end_id": np.array([[never]], np.int32),
+                    "stream": np.array([[True]]),
+                }
+            )
 
-        direct = s.tensors({"input_ids": np.array([ids], np.int32), "input_lengths": np.array([[len(ids)]], np.int32),
-                            "request_output_len": np.array([[args.tokens]], np.int32),
-                            "end_id": np.array([[never]], np.int32), "streaming": np.array([[True]])})
+        direct = s.tensors(
+            {
+                "input_ids": np.array([ids], np.int32),
+                "input_lengths": np.array([[len(ids)]], np.int32),
+                "request_output_len": np.array([[args.tokens]], np.int32),
+                "end_id": np.array([[never]], np.int32),
+                "streaming": np.array([[True]]),
+            }
+        )
         # (a) overhead over the direct engine call; the models alternate so drift hits all alike
         subjects = {"tensorrt_llm": direct, "ensemble": text_inputs(args.tokens)}
         if "tensorrt_llm_bls" in models:
@@ -205,24 +238,41 @@ def main() -> int:
             if not xs:
                 continue
             med, p90 = statistics.median(xs), pct(xs, 0.9)
-            rows[model] = {"median_ms": med * 1e3, "p90_ms": p90 * 1e3, "overhead_median_ms": (med - base) * 1e3,
-                           "overhead_p90_ms": (p90 - pct(lat["tensorrt_llm"], 0.9)) * 1e3,
-                           "responses": chunks[model], "n": len(xs)}
+            rows[model] = {
+                "median_ms": med * 1e3,
+                "p90_ms": p90 * 1e3,
+                "overhead_median_ms": (med - base) * 1e3,
+                "overhead_p90_ms": (p90 - pct(lat["tensorrt_llm"], 0.9)) * 1e3,
+                "responses": chunks[model],
+                "n": len(xs),
+            }
         report["overhead"] = rows
-        print(f"\n(a) {args.requests} sequential streamed requests of {args.tokens} tokens, "
-              f"{args.warmup} warm-up excluded")
+        print(
+            f"\n(a) {args.requests} sequential streamed requests of {args.tokens} tokens, "
+            f"{args.warmup} warm-up excluded"
+        )
         print(f"{'model':<18}{'median ms':>10}{'p90 ms':>9}{'+median ms':>12}{'+p90 ms':>9}{'responses':>11}")
         for model, r in rows.items():
-            print(f"{model:<18}{r['median_ms']:>10.2f}{r['p90_ms']:>9.2f}{r['overhead_median_ms']:>12.2f}"
-                  f"{r['overhead_p90_ms']:>9.2f}{r['responses']:>11}")
+            print(
+                f"{model:<18}{r['median_ms']:>10.2f}{r['p90_ms']:>9.2f}{r['overhead_median_ms']:>12.2f}"
+                f"{r['overhead_p90_ms']:>9.2f}{r['responses']:>11}"
+            )
 
         # (b) postprocessing time per streamed token
         post = []
         for n in LENGTHS:
-            s.run("tensorrt_llm", s.tensors({  # greedy: the same tokens the ensemble will decode
-                "input_ids": np.array([ids], np.int32), "input_lengths": np.array([[len(ids)]], np.int32),
-                "request_output_len": np.array([[n]], np.int32), "end_id": np.array([[never]], np.int32),
-                "streaming": np.array([[True]])}))
+            s.run(
+                "tensorrt_llm",
+                s.tensors(
+                    {  # greedy: the same tokens the ensemble will decode
+                        "input_ids": np.array([ids], np.int32),
+                        "input_lengths": np.array([[len(ids)]], np.int32),
+                        "request_output_len": np.array([[n]], np.int32),
+                        "end_id": np.array([[never]], np.int32),
+                        "streaming": np.array([[True]]),
+                    }
+                ),
+            )
             tokens = s.tokens
             reps = REPEATS[n]
             before = metrics(srv.metrics_url, "postprocessing")
@@ -235,19 +285,34 @@ def main() -> int:
             tokens *= reps
             d = {k: after[k] - before[k] for k in after}
             calls = d["nv_inference_request_success"] or 1
-            post.append({"max_tokens": n, "tokens": tokens, "responses": responses, "postprocessing_calls": int(calls),
-                         "compute_us_per_token": d["nv_inference_compute_infer_duration_us"] / tokens,
-                         "request_us_per_token": d["nv_inference_request_duration_us"] / tokens,
-                         "compute_us_per_call": d["nv_inference_compute_infer_duration_us"] / calls,
-                         "requests": reps, "stream_s": dt, "tokens_per_s": tokens / reps / dt})
+            post.append(
+                {
+                    "max_tokens": n,
+                    "tokens": tokens,
+                    "responses": responses,
+                    "postprocessing_calls": int(calls),
+                    "compute_us_per_token": d["nv_inference_compute_infer_duration_us"] / tokens,
+                    "request_us_per_token": d["nv_inference_request_duration_us"] / tokens,
+                    "compute_us_per_call": d["nv_inference_compute_infer_duration_us"] / calls,
+                    "requests": reps,
+                    "stream_s": dt,
+                    "tokens_per_s": tokens / reps / dt,
+                }
+            )
         report["postprocessing"] = post
         s.close()
-    print("\n(b) postprocessing per streamed token (Triton metrics, model postprocessing; tokens and calls "
-          "summed over the requests; a call decodes one streamed delta, which may hold several tokens)")
-    print(f"{'max_tok':>7}{'tokens':>7}{'calls':>7}{'compute us/tok':>16}{'request us/tok':>16}{'us/call':>9}{'tok/s':>8}")
+    print(
+        "\n(b) postprocessing per streamed token (Triton metrics, model postprocessing; tokens and calls "
+        "summed over the requests; a call decodes one streamed delta, which may hold several tokens)"
+    )
+    print(
+        f"{'max_tok':>7}{'tokens':>7}{'calls':>7}{'compute us/tok':>16}{'request us/tok':>16}{'us/call':>9}{'tok/s':>8}"
+    )
     for r in post:
-        print(f"{r['max_tokens']:>7}{r['tokens']:>7}{r['postprocessing_calls']:>7}{r['compute_us_per_token']:>16.1f}"
-              f"{r['request_us_per_token']:>16.1f}{r['compute_us_per_call']:>9.1f}{r['tokens_per_s']:>8.1f}")
+        print(
+            f"{r['max_tokens']:>7}{r['tokens']:>7}{r['postprocessing_calls']:>7}{r['compute_us_per_token']:>16.1f}"
+            f"{r['request_us_per_token']:>16.1f}{r['compute_us_per_call']:>9.1f}{r['tokens_per_s']:>8.1f}"
+        )
     short = [r["max_tokens"] for r in post if r["tokens"] != r["max_tokens"] * r["requests"]]
     if short:
         print(f"warning: requests for {short} tokens ended early (the model produced end_id {never})")

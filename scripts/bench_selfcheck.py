@@ -57,36 +57,56 @@ def main() -> int:
         repo = write_toy_repo(Path(tmp) / "repo", args.first_ms, args.every_ms)
         with TritonServer(repo, ready_timeout_s=60) as server:
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
-            spec = LoadSpec(url=url, model="tensorrt_llm", protocol=args.protocol, input_len=64,
-                            output_len=args.output_len)
-            print(f"cores: {os.cpu_count()}  schedule: TTFT {args.first_ms:.1f} ms, ITL {args.every_ms:.1f} ms, "
-                  f"OSL {args.output_len}  protocol: {args.protocol}  truth: server emit stamps")
-            print("| conc | reqs | failed | TTFT client | TTFT truth | diff | ITL client | ITL truth | diff "
-                  "| TTFT p99 | ITL p99 | out tok/s | client CPU s | client CPU % | verdict |")
+            spec = LoadSpec(
+                url=url,
+                model="tensorrt_llm",
+                protocol=args.protocol,
+                input_len=64,
+                output_len=args.output_len,
+            )
+            print(
+                f"cores: {os.cpu_count()}  schedule: TTFT {args.first_ms:.1f} ms, ITL {args.every_ms:.1f} ms, "
+                f"OSL {args.output_len}  protocol: {args.protocol}  truth: server emit stamps"
+            )
+            print(
+                "| conc | reqs | failed | TTFT client | TTFT truth | diff | ITL client | ITL truth | diff "
+                "| TTFT p99 | ITL p99 | out tok/s | client CPU s | client CPU % | verdict |"
+            )
             print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for level in (int(x) for x in args.levels.split(",")):
                 n = args.requests_per_level or max(16, 2 * level)
                 run = run_closed(spec, level, n, warmup=min(level, 16))
                 r = summarize(run)
-                pairs = [(m, t) for m, t in ((request_metrics(x), truth(x)) for x in run.records)
-                         if m is not None and t is not None]
+                pairs = [
+                    (m, t)
+                    for m, t in ((request_metrics(x), truth(x)) for x in run.records)
+                    if m is not None and t is not None
+                ]
                 if not r["ttft_ms"] or not r["itl_ms"] or len(pairs) != r["succeeded"]:
                     why = r["errors"][:1] or ["responses carry no emit_ns"]
-                    print(f"| {level} | {r['requests']} | {r['failed']} | - | - | - | - | - | - | - | - | - | - | - "
-                          f"| FAIL {why} |")
+                    print(
+                        f"| {level} | {r['requests']} | {r['failed']} | - | - | - | - | - | - | - | - | - | - | - "
+                        f"| FAIL {why} |"
+                    )
                     ok = False
                     continue
                 c_ttft = float(np.mean([m.ttft_ms for m, _ in pairs]))
                 t_ttft = float(np.mean([t[0] for _, t in pairs]))
                 c_itl = float(np.mean([m.itl_ms for m, _ in pairs if m.itl_ms is not None]))
                 t_itl = float(np.mean([t[1] for _, t in pairs if t[1] is not None]))
-                good = (r["failed"] == 0 and within(c_ttft, t_ttft) and within(c_itl, t_itl)
-                        and r["osl"]["min"] == r["osl"]["max"] == args.output_len)
+                good = (
+                    r["failed"] == 0
+                    and within(c_ttft, t_ttft)
+                    and within(c_itl, t_itl)
+                    and r["osl"]["min"] == r["osl"]["max"] == args.output_len
+                )
                 ok &= good
-                print(f"| {level} | {r['requests']} | {r['failed']} | {c_ttft:.2f} | {t_ttft:.2f} | {c_ttft - t_ttft:+.2f} "
-                      f"| {c_itl:.2f} | {t_itl:.2f} | {c_itl - t_itl:+.2f} | {r['ttft_ms']['p99']:.2f} "
-                      f"| {r['itl_ms']['p99']:.2f} | {r['output_tokens_per_s']:.0f} | {r['client_cpu_s']:.2f} "
-                      f"| {r['client_cpu_util']:.0%} | {'ok' if good else 'MISS'} |")
+                print(
+                    f"| {level} | {r['requests']} | {r['failed']} | {c_ttft:.2f} | {t_ttft:.2f} | {c_ttft - t_ttft:+.2f} "
+                    f"| {c_itl:.2f} | {t_itl:.2f} | {c_itl - t_itl:+.2f} | {r['ttft_ms']['p99']:.2f} "
+                    f"| {r['itl_ms']['p99']:.2f} | {r['output_tokens_per_s']:.0f} | {r['client_cpu_s']:.2f} "
+                    f"| {r['client_cpu_util']:.0%} | {'ok' if good else 'MISS'} |"
+                )
     print("self-check passed" if ok else "self-check FAILED")
     return 0 if ok else 1
 

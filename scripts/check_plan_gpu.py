@@ -42,15 +42,24 @@ def main() -> None:
     for name, dt in dtypes.items():
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-        pools = [torch.empty((tokens // BLOCK, 2, shape.kv_heads, BLOCK, shape.head_dim), dtype=dt, device="cuda")
-                 for _ in range(shape.layers)]
+        pools = [
+            torch.empty((tokens // BLOCK, 2, shape.kv_heads, BLOCK, shape.head_dim), dtype=dt, device="cuda")
+            for _ in range(shape.layers)
+        ]
         torch.cuda.synchronize()
         real = torch.cuda.memory_allocated() - before
         planned = kv_bytes_per_token(shape, name) * tokens
-        report["kv"][name] = {"tokens": tokens, "allocated_bytes": real, "plan_bytes": planned,
-                              "error_pct": 100 * (real / planned - 1)}
-        print(f"KV {name:5} {tokens} tokens: allocated {real / 2**20:,.1f} MiB, plan {planned / 2**20:,.1f} MiB "
-              f"({100 * (real / planned - 1):+.3f}%)", flush=True)
+        report["kv"][name] = {
+            "tokens": tokens,
+            "allocated_bytes": real,
+            "plan_bytes": planned,
+            "error_pct": 100 * (real / planned - 1),
+        }
+        print(
+            f"KV {name:5} {tokens} tokens: allocated {real / 2**20:,.1f} MiB, plan {planned / 2**20:,.1f} MiB "
+            f"({100 * (real / planned - 1):+.3f}%)",
+            flush=True,
+        )
         del pools
         torch.cuda.empty_cache()
 
@@ -60,17 +69,33 @@ def main() -> None:
     weights = torch.empty(row["weight_bytes"], dtype=torch.uint8, device="cuda")
     seqs = row["fit_sequences"]
     kv_tokens = seqs * (-(-args.seq_len // BLOCK) * BLOCK)
-    pools = [torch.empty((kv_tokens // BLOCK, 2, shape.kv_heads, BLOCK, shape.head_dim), dtype=torch.bfloat16,
-                         device="cuda") for _ in range(shape.layers)]
+    pools = [
+        torch.empty(
+            (kv_tokens // BLOCK, 2, shape.kv_heads, BLOCK, shape.head_dim),
+            dtype=torch.bfloat16,
+            device="cuda",
+        )
+        for _ in range(shape.layers)
+    ]
     torch.cuda.synchronize()
     left, _ = torch.cuda.mem_get_info()
-    report["fit"] = {"format": args.format, "weight_bytes": row["weight_bytes"], "fit_sequences": seqs,
-                     "seq_len": args.seq_len, "kv_bytes": kv_tokens * kv_bytes_per_token(shape, "bf16"),
-                     "gpu_total_bytes": total, "free_before": free, "free_after": left,
-                     "plan_reserve_bytes": total - row["weight_bytes"] - row["kv_pool_bytes"]}
-    print(f"fit: {args.format} weights {row['weight_bytes'] / 1e9:.2f} GB + {seqs} sequences x {args.seq_len} tokens "
-          f"of bf16 KV ({report['fit']['kv_bytes'] / 1e9:.1f} GB) allocated on {report['gpu']}: "
-          f"{left / 2**30:.1f} GiB left of {total / 2**30:.1f} GiB", flush=True)
+    report["fit"] = {
+        "format": args.format,
+        "weight_bytes": row["weight_bytes"],
+        "fit_sequences": seqs,
+        "seq_len": args.seq_len,
+        "kv_bytes": kv_tokens * kv_bytes_per_token(shape, "bf16"),
+        "gpu_total_bytes": total,
+        "free_before": free,
+        "free_after": left,
+        "plan_reserve_bytes": total - row["weight_bytes"] - row["kv_pool_bytes"],
+    }
+    print(
+        f"fit: {args.format} weights {row['weight_bytes'] / 1e9:.2f} GB + {seqs} sequences x {args.seq_len} tokens "
+        f"of bf16 KV ({report['fit']['kv_bytes'] / 1e9:.1f} GB) allocated on {report['gpu']}: "
+        f"{left / 2**30:.1f} GiB left of {total / 2**30:.1f} GiB",
+        flush=True,
+    )
     del pools, weights
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))

@@ -17,11 +17,23 @@ from pathlib import Path
 import pytest
 
 ENGINE_META = {
-    "target": "torch", "format": "fp8", "dtype": "bfloat16", "max_batch_size": 8, "max_input_len": 512,
-    "max_seq_len": 1024, "max_num_tokens": 4096, "tokens_per_block": 32, "state_file": "modelopt_state.pth",
+    "target": "torch",
+    "format": "fp8",
+    "dtype": "bfloat16",
+    "max_batch_size": 8,
+    "max_input_len": 512,
+    "max_seq_len": 1024,
+    "max_num_tokens": 4096,
+    "tokens_per_block": 32,
+    "state_file": "modelopt_state.pth",
 }
-COPY = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-        "special_tokens_map.json")
+COPY = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 _CACHE: dict[str, Path] = {}
 
 
@@ -80,9 +92,12 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
     model = load_model(engine_dir)
     with torch.no_grad():
         out = model.generate(
-            torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
-            eos_token_id=eos_id, pad_token_id=eos_id,
-        )[0, len(prompt_ids):].tolist()
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos_id,
+            pad_token_id=eos_id,
+        )[0, len(prompt_ids) :].tolist()
     return out[: out.index(eos_id) + 1] if eos_id in out else out
 
 

@@ -18,10 +18,18 @@ DEMO_LIMITS = {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "
 def write_checkpoint(path: Path, fmt: str = "none", world: int = 1, kv: str | None = None) -> Path:
     """A fake TensorRT-LLM checkpoint: config.json + empty rank{N}.safetensors (no ModelOpt needed)."""
     path.mkdir(parents=True, exist_ok=True)
-    cfg = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "num_hidden_layers": 2, "hidden_size": 64,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 2048,
-           "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
-           "quantization": {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": kv}}
+    cfg = {
+        "architecture": "LlamaForCausalLM",
+        "dtype": "bfloat16",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 256,
+        "max_position_embeddings": 2048,
+        "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
+        "quantization": {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": kv},
+    }
     (path / "config.json").write_text(json.dumps(cfg))
     for r in range(world):
         (path / f"rank{r}.safetensors").write_bytes(b"")
@@ -38,5 +46,11 @@ def standin_env(version: str, **extra: str) -> dict[str, str]:
 
 def run_standin(argv: list[str], version: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run in cwd: like trtllm-build, the stand-in writes model.cache there unless told otherwise."""
-    return subprocess.run([sys.executable, str(STANDIN), *argv[1:]], env=standin_env(version), cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(STANDIN), *argv[1:]],
+        env=standin_env(version),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

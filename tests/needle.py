@@ -25,9 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TEXT_PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories",
-                "Rivers run to the sea and the sea", "A small model on a small machine", "When the night falls",
-                "Every test must be able to fail, or it tells us nothing about the code it claims to check"]
+TEXT_PROMPTS = [
+    "The first token of an answer",
+    "Bread is made",
+    "A good engineer",
+    "Numbers tell stories",
+    "Rivers run to the sea and the sea",
+    "A small model on a small machine",
+    "When the night falls",
+    "Every test must be able to fail, or it tells us nothing about the code it claims to check",
+]
 
 
 def attn_name(mode: str) -> str:
@@ -50,10 +57,15 @@ def packed_logits(model, impl: str, group: list[list[int]], leak: bool = False) 
     longest = max(len(s) for s in group)
     dev = model.device
     cu_t = cu_t.to(dev)
-    kwargs = {"input_ids": torch.tensor([[t for s in group for t in s]], device=dev),
-              "position_ids": torch.tensor([[p for s in group for p in range(len(s))]], device=dev),
-              "cu_seq_lens_q": cu_t, "cu_seq_lens_k": cu_t, "max_seqlen_q": longest, "max_seqlen_k": longest,
-              "use_cache": False}
+    kwargs = {
+        "input_ids": torch.tensor([[t for s in group for t in s]], device=dev),
+        "position_ids": torch.tensor([[p for s in group for p in range(len(s))]], device=dev),
+        "cu_seq_lens_q": cu_t,
+        "cu_seq_lens_k": cu_t,
+        "max_seqlen_q": longest,
+        "max_seqlen_k": longest,
+        "use_cache": False,
+    }
     if impl == "paged|sdpa":
         total, low = cu[-1], torch.finfo(model.dtype).min
         causal = torch.triu(torch.full((total, total), low, dtype=model.dtype), 1)
@@ -75,8 +87,17 @@ def probe_model(engine_dir: Path, dtype: str = "bfloat16", device: str | None = 
     return model.double() if dtype == "float64" else model
 
 
-def packed_forward(engine_dir: Path | None, mode: str, dtype: str = "bfloat16", trials: int = 6, seed: int = 0,
-                   leak: bool = False, device: str | None = None, model=None, sequences: int = 40) -> dict:
+def packed_forward(
+    engine_dir: Path | None,
+    mode: str,
+    dtype: str = "bfloat16",
+    trials: int = 6,
+    seed: int = 0,
+    leak: bool = False,
+    device: str | None = None,
+    model=None,
+    sequences: int = 40,
+) -> dict:
     """Each of `sequences` random token sequences alone vs packed into `trials` random batches of 2-32.
     Pass `model` (from probe_model) to reuse one loaded model across calls."""
     import torch
@@ -93,14 +114,25 @@ def packed_forward(engine_dir: Path | None, mode: str, dtype: str = "bfloat16", 
     worst, differing, compared = 0.0, 0, 0
     for _ in range(trials):
         picks = rng.sample(range(len(seqs)), rng.randint(2, min(32, len(seqs))))
-        for i, out in zip(picks, packed_logits(model, impl, [seqs[i] for i in picks], leak=leak), strict=True):
+        for i, out in zip(
+            picks, packed_logits(model, impl, [seqs[i] for i in picks], leak=leak), strict=True
+        ):
             diff = (out - alone[i]).abs().max().item()
             worst, differing, compared = max(worst, diff), differing + (diff > 0), compared + 1
-    return {"probe": "packed_forward", "mode": mode, "dtype": dtype, "leak": leak, "max_abs_diff": worst,
-            "requests_differing": differing, "requests_compared": compared}
+    return {
+        "probe": "packed_forward",
+        "mode": mode,
+        "dtype": dtype,
+        "leak": leak,
+        "max_abs_diff": worst,
+        "requests_differing": differing,
+        "requests_compared": compared,
+    }
 
 
-def needle_engine_dir(engine_dir: Path, dest: Path, max_batch_size: int = 32, max_num_tokens: int = 96) -> Path:
+def needle_engine_dir(
+    engine_dir: Path, dest: Path, max_batch_size: int = 32, max_num_tokens: int = 96
+) -> Path:
     """A copy of `engine_dir` whose limits let 32 requests share a batch and force chunked prefill."""
     if not (dest / "lpx_engine.json").is_file():
         shutil.copytree(engine_dir, dest, dirs_exist_ok=True)
@@ -126,7 +158,7 @@ def engine_needle(engine_dir: Path, mode: str, rounds: int = 4, new_tokens: int 
         alone = [engine.generate(p, new_tokens, temperature=0.0, top_k=1) for p in prompts]
         for rnd in range(rounds):
             picks = [rng.randrange(len(prompts)) for _ in range(rng.randint(2, 32))]
-            first, rest = picks[: len(picks) // 2 + 1], picks[len(picks) // 2 + 1:]
+            first, rest = picks[: len(picks) // 2 + 1], picks[len(picks) // 2 + 1 :]
             streams = [engine.submit(prompts[i], new_tokens, temperature=0.0, top_k=1) for i in first]
             if rest and rnd % 2:  # the rest arrive while the first ones decode
                 next(iter(streams[0]), None)
@@ -145,10 +177,21 @@ def engine_needle(engine_dir: Path, mode: str, rounds: int = 4, new_tokens: int 
                 compared += 1
                 got, want = stream.tokens, alone[i]
                 if got != want:
-                    step = next((k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-                                min(len(got), len(want)))
-                    divergences.append({"prompt": i, "step": step, "round": rnd, "batch": len(picks),
-                                        "prompt_ids": prompts[i], "alone": want, "batched": got})
+                    step = next(
+                        (k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                        min(len(got), len(want)),
+                    )
+                    divergences.append(
+                        {
+                            "prompt": i,
+                            "step": step,
+                            "round": rnd,
+                            "batch": len(picks),
+                            "prompt_ids": prompts[i],
+                            "alone": want,
+                            "batched": got,
+                        }
+                    )
     return {"probe": "engine_needle", "mode": mode, "requests_compared": compared, "divergences": divergences}
 
 
@@ -171,7 +214,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=["on", "off"], default="on")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--probe", choices=["packed", "engine", "both"], default="both")
-    ap.add_argument("--device", help="where the packed probe runs (the engine picks the GPU when torch sees one)")
+    ap.add_argument(
+        "--device", help="where the packed probe runs (the engine picks the GPU when torch sees one)"
+    )
     args = ap.parse_args()
     from pipeline.progress import quiet_libraries
 

@@ -80,7 +80,9 @@ def convert(f: dict, value: str):
         out = value
     choices = f.get("choices")
     if isinstance(choices, list) and value not in choices:
-        usage_error(f"argument {f['flag']}: invalid choice: '{value}' (choose from {', '.join(map(repr, choices))})")
+        usage_error(
+            f"argument {f['flag']}: invalid choice: '{value}' (choose from {', '.join(map(repr, choices))})"
+        )
     return out
 
 
@@ -88,7 +90,9 @@ def check_rules(ns: dict, version: str, ckpt: dict) -> None:
     """Build-time rules from the contract's build_time_behaviour that fail a build."""
     if ns.get("multiple_profiles") == "enable" and ns.get("opt_num_tokens") is not None:
         fail("multiple_profiles is enabled, opt_num_tokens must not be set")
-    if (ns.get("gather_context_logits") or ns.get("gather_all_token_logits")) and ns.get("max_draft_len", 0) > 0:
+    if (ns.get("gather_context_logits") or ns.get("gather_all_token_logits")) and ns.get(
+        "max_draft_len", 0
+    ) > 0:
         fail("gather_context_logits is not supported with speculative decoding (max_draft_len > 0)")
     if version == "latest" and ns.get("streamingllm") == "enable":
         fail("StreamingLLM is no longer supported")
@@ -175,7 +179,9 @@ def main(argv: list[str]) -> int:
     version = os.environ.get("STANDIN_TRTLLM_VERSION", "latest")
     contract = json.loads(CONTRACT.read_text())
     if version not in contract["versions"]:
-        usage_error(f"STANDIN_TRTLLM_VERSION must be one of {', '.join(contract['versions'])}, not {version!r}")
+        usage_error(
+            f"STANDIN_TRTLLM_VERSION must be one of {', '.join(contract['versions'])}, not {version!r}"
+        )
     ns = parse(argv, contract["versions"][version]["flags"])
     warn = lambda msg: print(f"[TRT-LLM] [W] {msg}", flush=True)  # noqa: E731
 
@@ -183,7 +189,9 @@ def main(argv: list[str]) -> int:
         print("[TRT-LLM] [I] Build phase: starting", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("STANDIN_SLEEP"):
-        child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(os.environ['STANDIN_SLEEP'])})"])
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep({float(os.environ['STANDIN_SLEEP'])})"]
+        )
         if os.environ.get("STANDIN_PIDFILE"):
             Path(os.environ["STANDIN_PIDFILE"]).write_text(f"{os.getpid()} {child.pid}\n")
         print("[TRT-LLM] [I] building (sleeping)", flush=True)
@@ -219,7 +227,10 @@ def main(argv: list[str]) -> int:
     if ns.get("output_timing_cache"):
         Path(ns["output_timing_cache"]).parent.mkdir(parents=True, exist_ok=True)
         Path(ns["output_timing_cache"]).write_bytes(b"standin-timing-cache")
-    print(f"[TRT-LLM] [I] Total time of building all engines: 00:00:00 ({world} rank(s) in {out_dir})", flush=True)
+    print(
+        f"[TRT-LLM] [I] Total time of building all engines: 00:00:00 ({world} rank(s) in {out_dir})",
+        flush=True,
+    )
     return 0
 
 

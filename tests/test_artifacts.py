@@ -12,8 +12,18 @@ def _commit(store, key, payload="x"):
     slot = store.slot("build", "m", "v", "sm90")
     with store.lock(slot), store.staging(slot, key) as tmp:
         (tmp / "engine.bin").write_text(payload)
-        return store.commit(tmp, slot / key, {"stage": "build", "model": "m", "variant": "v", "arch": "sm90",
-                                              "created": 1.0, "inputs": {"a": 1}})
+        return store.commit(
+            tmp,
+            slot / key,
+            {
+                "stage": "build",
+                "model": "m",
+                "variant": "v",
+                "arch": "sm90",
+                "created": 1.0,
+                "inputs": {"a": 1},
+            },
+        )
 
 
 def test_key_is_order_independent_and_input_sensitive():
@@ -23,8 +33,10 @@ def test_key_is_order_independent_and_input_sensitive():
 
 
 def test_diff_names_nested_changes():
-    changes = diff_inputs({"build": {"max_batch_size": 8}, "arch": "sm90"},
-                          {"build": {"max_batch_size": 16}, "arch": "sm90", "new": True})
+    changes = diff_inputs(
+        {"build": {"max_batch_size": 8}, "arch": "sm90"},
+        {"build": {"max_batch_size": 16}, "arch": "sm90", "new": True},
+    )
     assert changes == ["build.max_batch_size: 8 -> 16", "new: <unset> -> true"]
 
 

@@ -65,8 +65,13 @@ def test_needle_token_exact_with_the_mode_on(needle_dir: Path) -> None:
 def test_needle_holds_under_other_cpu_kernels(needle_dir: Path, capability: str) -> None:
     """The same probes in a fresh process whose torch uses other vector kernels."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("needle.py")), str(needle_dir), "--mode", "on"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("needle.py")), str(needle_dir), "--mode", "on"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["cpu_capability"] == {"avx2": "AVX2", "default": "DEFAULT"}[capability]
@@ -78,11 +83,17 @@ def test_negative_control_mode_off_diverges_only_at_near_ties(needle_dir: Path) 
     """With transformers' packed attention, batching may flip greedy tokens, but only where the top two
     logits nearly tie. Asserts no equality; prints what it found (pytest -s shows it)."""
     got = engine_needle(needle_dir, "off")
-    gaps = [(d["prompt"], d["step"], d["batch"], top2_gap(needle_dir, d["prompt_ids"], d["alone"], d["step"]))
-            for d in got["divergences"]]
-    print(f"mode off: {len(gaps)} of {got['requests_compared']} requests diverged; (prompt, step, batch, top-2 gap): {gaps}")
+    gaps = [
+        (d["prompt"], d["step"], d["batch"], top2_gap(needle_dir, d["prompt_ids"], d["alone"], d["step"]))
+        for d in got["divergences"]
+    ]
+    print(
+        f"mode off: {len(gaps)} of {got['requests_compared']} requests diverged; (prompt, step, batch, top-2 gap): {gaps}"
+    )
     assert all(gap <= NEAR_TIE for *_, gap in gaps), gaps
     packed = packed_forward(needle_dir, "off")
-    print(f"mode off: batching moved logits by up to {packed['max_abs_diff']} "
-          f"({packed['requests_differing']} of {packed['requests_compared']} requests)")
+    print(
+        f"mode off: batching moved logits by up to {packed['max_abs_diff']} "
+        f"({packed['requests_differing']} of {packed['requests_compared']} requests)"
+    )
     assert packed["max_abs_diff"] <= NEAR_TIE, packed

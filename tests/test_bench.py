@@ -15,13 +15,23 @@ from pipeline.bench.toy import write_toy_repo
 from pipeline.errors import PipelineError
 
 
-def rec(start: float, times: list[float], tokens: list[int] | None = None, error: str | None = None) -> Record:
-    return Record(start=start, sent=start, times=times, tokens=tokens or [1] * len(times),
-                  end=times[-1] if times else start, error=error)
+def rec(
+    start: float, times: list[float], tokens: list[int] | None = None, error: str | None = None
+) -> Record:
+    return Record(
+        start=start,
+        sent=start,
+        times=times,
+        tokens=tokens or [1] * len(times),
+        end=times[-1] if times else start,
+        error=error,
+    )
 
 
 def run_of(records: list[Record], wall: float = 2.0) -> Run:
-    return Run(records, wall, 0.1, "output_ids", {"mode": "closed", "concurrency": 2, "requests": len(records)})
+    return Run(
+        records, wall, 0.1, "output_ids", {"mode": "closed", "concurrency": 2, "requests": len(records)}
+    )
 
 
 def test_itl_is_e2e_minus_ttft_over_osl_minus_one():
@@ -36,23 +46,33 @@ def test_itl_is_e2e_minus_ttft_over_osl_minus_one():
 def test_stats_percentiles():
     s = stats([float(v) for v in range(1, 101)])
     assert s["mean"] == 50.5 and s["min"] == 1 and s["max"] == 100
-    assert s["p50"] == pytest.approx(50.5) and s["p90"] == pytest.approx(90.1) and s["p99"] == pytest.approx(99.01)
+    assert (
+        s["p50"] == pytest.approx(50.5)
+        and s["p90"] == pytest.approx(90.1)
+        and s["p99"] == pytest.approx(99.01)
+    )
     assert stats([]) is None
 
 
 def test_summary_counts_failures_and_goodput():
-    records = [rec(0.0, [0.1, 0.15, 0.2]),  # TTFT 100, ITL 50: good
-               rec(0.0, [0.3, 0.32, 0.34]),  # TTFT 300: misses ttft
-               rec(0.0, [0.1, 0.3, 0.5]),  # ITL 200: misses itl
-               rec(0.0, [], error="RuntimeError: model crashed")]
+    records = [
+        rec(0.0, [0.1, 0.15, 0.2]),  # TTFT 100, ITL 50: good
+        rec(0.0, [0.3, 0.32, 0.34]),  # TTFT 300: misses ttft
+        rec(0.0, [0.1, 0.3, 0.5]),  # ITL 200: misses itl
+        rec(0.0, [], error="RuntimeError: model crashed"),
+    ]
     r = summarize(run_of(records), parse_slo("ttft=200ms,itl=0.1s"))
     assert (r["requests"], r["succeeded"], r["failed"]) == (4, 3, 1)
     assert r["errors"] == ["RuntimeError: model crashed"]
     assert r["good_requests"] == 1 and r["goodput_rps"] == pytest.approx(0.5)
     assert r["output_tokens_per_s"] == pytest.approx(9 / 2.0) and r["requests_per_s"] == pytest.approx(1.5)
     assert r["tokens_per_s_per_user"]["max"] == pytest.approx(1e3 / 20)  # 1 / ITL (ITL 20 ms)
-    md = report.markdown({"target": {"url": "u", "model": "m", "protocol": "grpc", "input_len": 1, "output_len": 3},
-                          "results": [r]})
+    md = report.markdown(
+        {
+            "target": {"url": "u", "model": "m", "protocol": "grpc", "input_len": 1, "output_len": 3},
+            "results": [r],
+        }
+    )
     assert "| c=2 | 3 | 1 |" in md and "model crashed" in md
 
 
@@ -77,10 +97,29 @@ def test_arrivals_seeded_with_the_right_mean_rate(burstiness):
 
 def test_every_request_failing_is_an_error(tmp_path):
     port = __import__("pipeline.stages.serve", fromlist=["_pick_ports"])._pick_ports("127.0.0.1", 1)[0]
-    res = CliRunner().invoke(bench_command, ["--url", f"127.0.0.1:{port}", "--model", "tensorrt_llm",
-                                             "--concurrency", "2", "--requests", "2", "--warmup", "0",
-                                             "--out", str(tmp_path / "out"), "--label", "fp8-run",
-                                             "--variant", "m/fp8", "--gpu", "h200"])
+    res = CliRunner().invoke(
+        bench_command,
+        [
+            "--url",
+            f"127.0.0.1:{port}",
+            "--model",
+            "tensorrt_llm",
+            "--concurrency",
+            "2",
+            "--requests",
+            "2",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+            "--label",
+            "fp8-run",
+            "--variant",
+            "m/fp8",
+            "--gpu",
+            "h200",
+        ],
+    )
     assert res.exit_code != 0 and isinstance(res.exception, PipelineError)
     doc = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
     assert doc["label"] == "fp8-run" and doc["variant"] == {"model": "m", "name": "fp8"}  # for lpx compare
@@ -119,10 +158,31 @@ def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
     from pipeline.bench.command import bench_command
 
     out = tmp_path / "run"
-    res = CliRunner().invoke(bench_command, [
-        "-c", str(demo_config), "--variant", "fp8", "--model", "tensorrt_llm", "--concurrency", "2",
-        "--requests", "4", "--warmup", "1", "--input-len", "8", "--output-len", "8", "--vocab", "10,500",
-        "--out", str(out)])
+    res = CliRunner().invoke(
+        bench_command,
+        [
+            "-c",
+            str(demo_config),
+            "--variant",
+            "fp8",
+            "--model",
+            "tensorrt_llm",
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--warmup",
+            "1",
+            "--input-len",
+            "8",
+            "--output-len",
+            "8",
+            "--vocab",
+            "10,500",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = _json.loads((out / "results.json").read_text())
     assert doc["variant"]["name"] == "fp8" and doc["variant"]["model"] == "tiny-llama"

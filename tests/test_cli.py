@@ -17,7 +17,9 @@ def test_init_writes_a_working_config(tmp_path, isolated_home):
     assert res.exit_code == 0, res.output
     cfg = load_config(tmp_path / "proj" / "lpx.yaml")
     assert cfg.model.checkpoint == (tmp_path / "proj" / "checkpoint").resolve()
-    assert (cfg.model.checkpoint / "config.json").is_file() and (cfg.model.checkpoint / "tokenizer.json").is_file()
+    assert (cfg.model.checkpoint / "config.json").is_file() and (
+        cfg.model.checkpoint / "tokenizer.json"
+    ).is_file()
     hf = yaml.safe_load((cfg.model.checkpoint / "config.json").read_text())
     assert hf["num_key_value_heads"] < hf["num_attention_heads"]  # grouped-query attention
     again = runner.invoke(cli, ["init", str(tmp_path / "proj")])
@@ -57,18 +59,37 @@ def test_serving_problems_are_found_before_any_stage_runs(tmp_path, isolated_hom
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        cfg.write_text(yaml.safe_dump({"model": {"name": "m", "checkpoint": "nowhere"}, "variants": [{"name": "a"}],
-                                       "serving": {"grpc_port": port, "http_port": 0, "metrics_port": 0}}))
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "model": {"name": "m", "checkpoint": "nowhere"},
+                    "variants": [{"name": "a"}],
+                    "serving": {"grpc_port": port, "http_port": 0, "metrics_port": 0},
+                }
+            )
+        )
         root = Path(__file__).resolve().parents[1]
-        res = subprocess.run([sys.executable, "-m", "pipeline", "run", "-c", str(cfg)], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "pipeline", "run", "-c", str(cfg)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            timeout=120,
+        )
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.startswith(f"error: Port {port} on 127.0.0.1 is already in use")
     assert "serving.grpc_port" in res.stderr
     assert not (isolated_home / "artifacts").exists()
 
-    cfg.write_text(yaml.safe_dump({"model": {"name": "m", "checkpoint": "nowhere"}, "variants": [{"name": "a"}],
-                                   "serving": {"grpc_port": 0, "http_port": 0, "metrics_port": 0}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": "m", "checkpoint": "nowhere"},
+                "variants": [{"name": "a"}],
+                "serving": {"grpc_port": 0, "http_port": 0, "metrics_port": 0},
+            }
+        )
+    )
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(serve, "bundled_root", lambda: None)
     monkeypatch.setattr(serve, "CONTAINER_BIN", tmp_path / "no-tritonserver")

@@ -45,7 +45,11 @@ def test_every_error_is_reported_with_its_path():
 
 
 def test_duplicate_variants_and_lengths():
-    data = {**MINIMAL, "variants": [{"name": "a"}, {"name": "a"}], "build": {"max_input_len": 4096, "max_seq_len": 4096}}
+    data = {
+        **MINIMAL,
+        "variants": [{"name": "a"}, {"name": "a"}],
+        "build": {"max_input_len": 4096, "max_seq_len": 4096},
+    }
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     text = "\n".join(err.value.problems)
@@ -62,7 +66,9 @@ def test_unknown_variant_is_named():
 def test_validate_cli_exit_codes(tmp_path):
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(yaml.safe_dump(MINIMAL))
-    bad.write_text(yaml.safe_dump({**MINIMAL, "variants": [{"name": "x", "quantization": {"format": "int3"}}]}))
+    bad.write_text(
+        yaml.safe_dump({**MINIMAL, "variants": [{"name": "x", "quantization": {"format": "int3"}}]})
+    )
     runner = CliRunner()
     ok = runner.invoke(cli, ["config", "validate", "-c", str(good)])
     assert ok.exit_code == 0 and "1 variant(s)" in ok.output

@@ -14,20 +14,34 @@ from pipeline.progress import Reporter
 from pipeline.runner import Runner
 from pipeline.selection import Gpu, select
 
-LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
-             "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-             "max_position_embeddings": 131072}
+LLAMA_70B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+}
 
 
 def _runner(ckpt, **build):
-    cfg = parse_config({"model": {"name": "m", "checkpoint": str(ckpt)},
-                        "variants": [{"name": "bf16"}], "build": {"archs": ["sm90"], **build}})
+    cfg = parse_config(
+        {
+            "model": {"name": "m", "checkpoint": str(ckpt)},
+            "variants": [{"name": "bf16"}],
+            "build": {"archs": ["sm90"], **build},
+        }
+    )
     return Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))
 
 
 def test_max_seq_len_beyond_positions_is_refused(tiny_checkpoint):
     runner = _runner(tiny_checkpoint, max_input_len=512, max_seq_len=4096)
-    with pytest.raises(PipelineError, match="build.max_seq_len 4096 exceeds the model's max_position_embeddings 2048"):
+    with pytest.raises(
+        PipelineError, match="build.max_seq_len 4096 exceeds the model's max_position_embeddings 2048"
+    ):
         runner.check(runner.cfg.variants[0])
 
 
@@ -61,9 +75,13 @@ def test_selection_picks_this_gpus_engine_or_refuses(tmp_path):
     pairs = [_pair(tmp_path, "sm89", "1.2.0"), _pair(tmp_path, "sm90", "1.2.0")]
     h200 = Gpu("NVIDIA H200", "sm90")
     assert select(pairs, h200, installed="1.2.0")[0].manifest["arch"] == "sm90"
-    with pytest.raises(PipelineError, match=r"This GPU is NVIDIA A100.*\(sm80\) but the engines were built for sm89, sm90"):
+    with pytest.raises(
+        PipelineError, match=r"This GPU is NVIDIA A100.*\(sm80\) but the engines were built for sm89, sm90"
+    ):
         select(pairs, Gpu("NVIDIA A100-SXM4-80GB", "sm80"), installed="1.2.0")
-    with pytest.raises(PipelineError, match="built with TensorRT-LLM 1.2.0 but this machine has TensorRT-LLM 1.3.0"):
+    with pytest.raises(
+        PipelineError, match="built with TensorRT-LLM 1.2.0 but this machine has TensorRT-LLM 1.3.0"
+    ):
         select(pairs, h200, installed="1.3.0")
     with pytest.raises(PipelineError, match=r"No NVIDIA GPU found .* \(sm89, sm90\)"):
         select(pairs, None, installed="1.2.0")

@@ -12,23 +12,43 @@ from pipeline.errors import PipelineError
 
 DATA = Path(__file__).parent / "data"
 PYTRITON = Path("/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver")
-VERSIONS = {"nvidia-modelopt": "0.47.0", "transformers": "5.14.1", "tritonclient": "2.73.0", "nvidia-pytriton": "0.7.0"}
+VERSIONS = {
+    "nvidia-modelopt": "0.47.0",
+    "transformers": "5.14.1",
+    "tritonclient": "2.73.0",
+    "nvidia-pytriton": "0.7.0",
+}
 
 
-def make_probe(commands: dict | None = None, files: dict | None = None, devices: list[str] | None = None,
-               docker: bool = False, nvml: GpuState | None = None, free: int = 500 << 30) -> Probe:
+def make_probe(
+    commands: dict | None = None,
+    files: dict | None = None,
+    devices: list[str] | None = None,
+    docker: bool = False,
+    nvml: GpuState | None = None,
+    free: int = 500 << 30,
+) -> Probe:
     """A probe answering from recorded outputs: commands maps argv tuples to (rc, output)."""
     commands = {tuple(k): v for k, v in (commands or {}).items()}
     files = files or {}
-    return Probe(run=lambda cmd: commands.get(tuple(cmd)), read=lambda path: files.get(path),
-                 glob=lambda pattern: list(devices or []), which=lambda name: "/usr/bin/docker" if docker else None,
-                 nvml=lambda: nvml, version=VERSIONS.get, disk_free=lambda path: free, tritonserver=lambda: PYTRITON)
+    return Probe(
+        run=lambda cmd: commands.get(tuple(cmd)),
+        read=lambda path: files.get(path),
+        glob=lambda pattern: list(devices or []),
+        which=lambda name: "/usr/bin/docker" if docker else None,
+        nvml=lambda: nvml,
+        version=VERSIONS.get,
+        disk_free=lambda path: free,
+        tritonserver=lambda: PYTRITON,
+    )
 
 
 def h200_commands(query: str | None = None) -> dict:
-    return {tuple(SMI_QUERY): (0, query or (DATA / "nvidia-smi-query-h200.csv").read_text()),
-            ("nvidia-smi",): (0, (DATA / "nvidia-smi-h200.txt").read_text()),
-            tuple(SMI_APPS): (0, "")}
+    return {
+        tuple(SMI_QUERY): (0, query or (DATA / "nvidia-smi-query-h200.csv").read_text()),
+        ("nvidia-smi",): (0, (DATA / "nvidia-smi-h200.txt").read_text()),
+        tuple(SMI_APPS): (0, ""),
+    }
 
 
 def by_name(result: dict) -> dict[str, dict]:
@@ -65,7 +85,9 @@ def test_container_without_gpu_devices_fails():
     result = diagnose(make_probe(h200_commands(), files={"/.dockerenv": ""}))
     check = by_name(result)["container"]
     assert check["status"] == "FAIL" and "--gpus all" in check["fix"]
-    ok = diagnose(make_probe(h200_commands(), files={"/.dockerenv": ""}, devices=["/dev/nvidia0", "/dev/nvidiactl"]))
+    ok = diagnose(
+        make_probe(h200_commands(), files={"/.dockerenv": ""}, devices=["/dev/nvidia0", "/dev/nvidiactl"])
+    )
     assert by_name(ok)["container"]["status"] == "PASS"
 
 
@@ -80,8 +102,13 @@ def test_old_driver_fails_for_trtllm_12_and_names_the_line_it_can_run():
 
 
 def test_busy_gpu_and_docker_without_nvidia_runtime_warn():
-    state = GpuState(driver="580.159.04", cuda="13.0", source="nvml",
-                     gpus=[GpuInfo("NVIDIA H200", 143771, 90000, "9.0")], processes=["pid 4242 (90000 MiB on GPU 0)"])
+    state = GpuState(
+        driver="580.159.04",
+        cuda="13.0",
+        source="nvml",
+        gpus=[GpuInfo("NVIDIA H200", 143771, 90000, "9.0")],
+        processes=["pid 4242 (90000 MiB on GPU 0)"],
+    )
     commands = {("docker", "info", "--format", "{{json .Runtimes}}"): (0, '{"runc":{"path":"runc"}}')}
     checks = by_name(diagnose(make_probe(commands, nvml=state, docker=True)))
     assert checks["gpu-memory"]["status"] == "WARN" and "pid 4242" in checks["gpu-memory"]["detail"]

@@ -20,14 +20,23 @@ STANDIN = Path(__file__).parent / "standin_trtllm_build.py"
 
 
 def _cfg(ckpt, version="1.2"):
-    return parse_config({
-        "model": {"name": "tiny", "checkpoint": str(ckpt)},
-        "variants": [{"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8"}}],
-        "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
-        "evaluation": {"samples": 2, "seq_len": 32},
-        "build": {"target": "engine", "trtllm_version": version, "archs": ["sm90", "sm89"], "max_batch_size": 8,
-                  "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096},
-    })
+    return parse_config(
+        {
+            "model": {"name": "tiny", "checkpoint": str(ckpt)},
+            "variants": [{"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8"}}],
+            "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
+            "evaluation": {"samples": 2, "seq_len": 32},
+            "build": {
+                "target": "engine",
+                "trtllm_version": version,
+                "archs": ["sm90", "sm89"],
+                "max_batch_size": 8,
+                "max_input_len": 512,
+                "max_seq_len": 1024,
+                "max_num_tokens": 4096,
+            },
+        }
+    )
 
 
 def _runner(cfg, **kw):

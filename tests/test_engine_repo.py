@@ -23,9 +23,13 @@ VERSIONS = {"1.2": "latest", "0.16": "v0.16.0"}
 
 
 def make_cfg(version: str, **build):
-    return parse_config({"model": {"name": "tiny", "checkpoint": "/nonexistent"},
-                         "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}],
-                         "build": {"target": "engine", "trtllm_version": version, **DEMO_LIMITS, **build}})
+    return parse_config(
+        {
+            "model": {"name": "tiny", "checkpoint": "/nonexistent"},
+            "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}],
+            "build": {"target": "engine", "trtllm_version": version, **DEMO_LIMITS, **build},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +41,26 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     return d
 
 
-def build_engine(tmp: Path, contract_version: str, paged_ctx: str = "enable", max_batch_size: int = 8) -> Path:
+def build_engine(
+    tmp: Path, contract_version: str, paged_ctx: str = "enable", max_batch_size: int = 8
+) -> Path:
     ckpt = write_checkpoint(tmp / "ckpt", "fp8")
     out = tmp / "engine"
-    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(out),
-                       "--max_batch_size", str(max_batch_size), "--use_paged_context_fmha", paged_ctx],
-                      contract_version, tmp)
+    res = run_standin(
+        [
+            "trtllm-build",
+            "--checkpoint_dir",
+            str(ckpt),
+            "--output_dir",
+            str(out),
+            "--max_batch_size",
+            str(max_batch_size),
+            "--use_paged_context_fmha",
+            paged_ctx,
+        ],
+        contract_version,
+        tmp,
+    )
     assert res.returncode == 0, res.stderr
     return out
 
@@ -88,8 +106,10 @@ def test_tensorrt_llm_model_matches_contract(built) -> None:
     assert all(not v.startswith("${") for v in params.values())
     for io, key in (("input", "inputs"), ("output", "outputs")):
         ours = {t.name: (mc.DataType.Name(t.data_type), list(t.dims)) for t in getattr(conf, io)}
-        want = {t["name"]: (engine_repo.DATA_TYPES.get(t["data_type"][2:-1], t["data_type"]), t["dims"])
-                for t in theirs[key]}
+        want = {
+            t["name"]: (engine_repo.DATA_TYPES.get(t["data_type"][2:-1], t["data_type"]), t["dims"])
+            for t in theirs[key]
+        }
         assert ours == want
     opt = {t.name for t in conf.input if t.optional}
     assert opt == {t["name"] for t in theirs["inputs"] if t.get("optional")}
@@ -155,10 +175,15 @@ def test_max_batch_size_above_engine(tmp_path, tokenizer_dir) -> None:
 def test_paged_context_fmha_required(tmp_path, tokenizer_dir, monkeypatch, knob) -> None:
     engine = build_engine(tmp_path, "v0.16.0", paged_ctx="disable")
     cfg = make_cfg("0.16")
-    repo_stage.write_repository(tmp_path / "ok", engine, cfg, tokenizer_dir=tokenizer_dir)  # defaults need none
+    repo_stage.write_repository(
+        tmp_path / "ok", engine, cfg, tokenizer_dir=tokenizer_dir
+    )  # defaults need none
     if knob == "chunked":
         monkeypatch.setattr(engine_repo, "ENABLE_CHUNKED_CONTEXT", True)
-        kwargs, match = {"chunked_context": True}, r"enable_chunked_context true .*use_paged_context_fmha is False"
+        kwargs, match = (
+            {"chunked_context": True},
+            r"enable_chunked_context true .*use_paged_context_fmha is False",
+        )
     else:
         monkeypatch.setattr(engine_repo, "BATCH_SCHEDULER_POLICY", "max_utilization")
         kwargs, match = {"policy": "max_utilization"}, r"max_utilization .*use_paged_context_fmha is False"
@@ -183,7 +208,9 @@ def test_engine_version_mismatch_and_missing_inputs(tmp_path, tokenizer_dir) -> 
     with pytest.raises(PipelineError, match="No tokenizer files"):
         repo_stage.write_repository(tmp_path / "r", engine, make_cfg("0.16"), tokenizer_dir=tmp_path)
     with pytest.raises(PipelineError, match="not a TensorRT-LLM engine folder"):
-        repo_stage.write_repository(tmp_path / "r", tokenizer_dir, make_cfg("0.16"), tokenizer_dir=tokenizer_dir)
+        repo_stage.write_repository(
+            tmp_path / "r", tokenizer_dir, make_cfg("0.16"), tokenizer_dir=tokenizer_dir
+        )
 
 
 def test_parameters_never_outside_contract(monkeypatch) -> None:
@@ -194,4 +221,6 @@ def test_parameters_never_outside_contract(monkeypatch) -> None:
 
 @pytest.mark.parametrize("version", sorted(VERSIONS))
 def test_parameter_key_table_is_the_contracts(version) -> None:
-    assert engine_repo.PARAMETER_KEYS[VERSIONS[version]] == {p["key"] for p in upstream(version)["parameters"]}
+    assert engine_repo.PARAMETER_KEYS[VERSIONS[version]] == {
+        p["key"] for p in upstream(version)["parameters"]
+    }

@@ -16,14 +16,18 @@ from pipeline.runner import Runner
 
 
 def _cfg(ckpt, gate):
-    return parse_config({
-        "model": {"name": "tiny", "checkpoint": str(ckpt)},
-        "variants": [{"name": "bf16", "quantization": {"format": "none"}},
-                     {"name": "int4", "quantization": {"format": "int4_awq", "awq_block_size": 64}}],
-        "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
-        "evaluation": {"samples": 4, "seq_len": 64},
-        "quality_gate": gate,
-    })
+    return parse_config(
+        {
+            "model": {"name": "tiny", "checkpoint": str(ckpt)},
+            "variants": [
+                {"name": "bf16", "quantization": {"format": "none"}},
+                {"name": "int4", "quantization": {"format": "int4_awq", "awq_block_size": 64}},
+            ],
+            "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
+            "evaluation": {"samples": 4, "seq_len": 64},
+            "quality_gate": gate,
+        }
+    )
 
 
 @pytest.mark.slow
@@ -70,6 +74,7 @@ def test_gate_without_limits_passes_everything():
     r = {"kl_mean": 5.0, "top1_agreement": 0.1, "ppl_increase_pct": 300.0}
     assert gate_failures(r, QualityGate()) == []
     assert gate_failures(r, QualityGate(max_ppl_increase_pct=10)) == [
-        "ppl_increase_pct 300 (allowed: quality_gate.max_ppl_increase_pct 10)"]
+        "ppl_increase_pct 300 (allowed: quality_gate.max_ppl_increase_pct 10)"
+    ]
     assert gate_failures({"skipped": "needs CUDA"}, QualityGate(max_kl=1)) == ["not evaluated (needs CUDA)"]
     assert gate_failures({"skipped": "needs CUDA"}, QualityGate()) == []

@@ -27,7 +27,7 @@ LLAMA31_ROPE = {
 
 
 def quiet() -> Reporter:
-    return Reporter(Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    return Reporter(Console(file=open("/dev/null", "w")))
 
 
 def quantize(ckpt, fmt="fp8", target="engine", exports=(), **build):

@@ -26,7 +26,7 @@ def runner(ckpt, target="engine", exports=(), gate=None, fmt="fp8"):
             "build": {"archs": ["sm90"], "target": target, "max_input_len": 256, "max_seq_len": 512},
         }
     )
-    return Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))  # noqa: SIM115
+    return Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))
 
 
 def exported(art) -> list[str]:

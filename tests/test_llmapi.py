@@ -20,11 +20,24 @@ HF_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 
 
 def _cfg(kv="fp8", version="1.2", **build):
-    b = {"target": "llmapi", "trtllm_version": version, "max_batch_size": 6, "max_input_len": 512,
-         "max_seq_len": 1024, "max_num_tokens": 4096, "tp_size": 2, "pp_size": 1, **build}
-    cfg = parse_config({"model": {"name": "tiny", "checkpoint": "/nonexistent"},
-                        "variants": [{"name": "v", "quantization": {"format": "fp8", "kv_cache": kv}}],
-                        "build": b})
+    b = {
+        "target": "llmapi",
+        "trtllm_version": version,
+        "max_batch_size": 6,
+        "max_input_len": 512,
+        "max_seq_len": 1024,
+        "max_num_tokens": 4096,
+        "tp_size": 2,
+        "pp_size": 1,
+        **build,
+    }
+    cfg = parse_config(
+        {
+            "model": {"name": "tiny", "checkpoint": "/nonexistent"},
+            "variants": [{"name": "v", "quantization": {"format": "fp8", "kv_cache": kv}}],
+            "build": b,
+        }
+    )
     return cfg, cfg.variants[0]
 
 
@@ -36,8 +49,16 @@ def _quantized(tmp_path: Path, with_hf: bool = True) -> Path:
         for name in HF_FILES:
             (ckpt / "hf" / name).write_text(f"placeholder {name}\n")
         # the options are checked against the checkpoint's config (pipeline/export_check.py)
-        (ckpt / "hf" / "config.json").write_text(json.dumps({
-            "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 512, "max_position_embeddings": 2048}))
+        (ckpt / "hf" / "config.json").write_text(
+            json.dumps(
+                {
+                    "num_attention_heads": 4,
+                    "hidden_size": 64,
+                    "vocab_size": 512,
+                    "max_position_embeddings": 2048,
+                }
+            )
+        )
     return ckpt
 
 
@@ -66,10 +87,17 @@ def test_options_use_only_contract_names_and_config_values(tmp_path):
     assert (opts["max_batch_size"], opts["max_num_tokens"]) == (b.max_batch_size, b.max_num_tokens)
     assert (opts["max_seq_len"], opts["max_input_len"]) == (b.max_seq_len, b.max_input_len)
     assert opts["enable_chunked_prefill"] is True and opts["trust_remote_code"] is False
-    assert opts["kv_cache_config"] == {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": True, "dtype": "fp8"}
+    assert opts["kv_cache_config"] == {
+        "free_gpu_memory_fraction": 0.9,
+        "enable_block_reuse": True,
+        "dtype": "fp8",
+    }
     cg = opts["cuda_graph_config"]
     # the contract's rule: with both given, max_batch_size must equal max(batch_sizes)
-    assert cg["batch_sizes"] == [1, 2, 4, 6] and cg["max_batch_size"] == max(cg["batch_sizes"]) == b.max_batch_size
+    assert (
+        cg["batch_sizes"] == [1, 2, 4, 6]
+        and cg["max_batch_size"] == max(cg["batch_sizes"]) == b.max_batch_size
+    )
     assert cg["enable_padding"] is True
 
 
@@ -93,7 +121,9 @@ def test_value_types_match_contract(tmp_path):
 def test_no_fp8_kv_leaves_dtype_unset(tmp_path):
     cfg, variant = _cfg(kv="none")
     opts = write_llmapi(cfg, variant, _quantized(tmp_path), tmp_path / "out")["options"]
-    assert "dtype" not in opts["kv_cache_config"]  # contract default 'auto' keeps the checkpoint's own KV setting
+    assert (
+        "dtype" not in opts["kv_cache_config"]
+    )  # contract default 'auto' keeps the checkpoint's own KV setting
 
 
 def test_model_yaml(tmp_path):
@@ -101,8 +131,14 @@ def test_model_yaml(tmp_path):
     out = tmp_path / "out"
     write_llmapi(cfg, variant, _quantized(tmp_path), out)
     model = yaml.safe_load((out / "model.yaml").read_text())
-    assert model == {"backend": "pytorch", "model": "checkpoint", "options": "llm_api_options.yaml",
-                     "trtllm_version": "1.2", "format": "fp8", "kv_cache": "fp8"}
+    assert model == {
+        "backend": "pytorch",
+        "model": "checkpoint",
+        "options": "llm_api_options.yaml",
+        "trtllm_version": "1.2",
+        "format": "fp8",
+        "kv_cache": "fp8",
+    }
     assert model["backend"] in CONTRACT["serve_flags"]["--backend"]["choices"]
     assert (out / model["model"] / "config.json").is_file() and (out / model["options"]).is_file()
 
@@ -132,7 +168,9 @@ def test_refuses_int8_kv(tmp_path):
 
 def test_refuses_trtllm_016(tmp_path):
     cfg, variant = _cfg(version="0.16")
-    with pytest.raises(PipelineError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.2'.*build.target: engine"):
+    with pytest.raises(
+        PipelineError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.2'.*build.target: engine"
+    ):
         write_llmapi(cfg, variant, _quantized(tmp_path), tmp_path / "out")
 
 
@@ -147,7 +185,12 @@ def test_serve_command_flags_in_contract(tmp_path):
     assert set(args) <= set(flags), set(args) - set(flags)
     assert args["--backend"] in flags["--backend"]["choices"]
     assert args["--extra_llm_api_options"] == str(out / "llm_api_options.yaml")
-    assert (args["--host"], args["--port"], args["--tp_size"], args["--pp_size"]) == ("127.0.0.1", "8123", "2", "1")
+    assert (args["--host"], args["--port"], args["--tp_size"], args["--pp_size"]) == (
+        "127.0.0.1",
+        "8123",
+        "2",
+        "1",
+    )
     for flag, value in args.items():
         if flags[flag]["type"] == "int":
             int(value)

@@ -40,8 +40,13 @@ def greedy(folder: Path, prompt: str, eos: list[int]) -> list[int]:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     ids = tok(prompt)["input_ids"]
     with torch.no_grad():
-        return model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False, eos_token_id=eos,
-                              pad_token_id=eos[0])[0, len(ids):].tolist()
+        return model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=MAX_TOKENS,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos[0],
+        )[0, len(ids) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +97,9 @@ def test_repository_serves_the_llmapi_model(built) -> None:
     assert params["llmapi_dir"] == "1/engine" and params["tokenizer_dir"] == "1/engine/checkpoint"
     linked = repo / "tensorrt_llm" / "1" / "engine"
     assert (linked / "model.yaml").is_file() and (linked / "checkpoint" / "config.json").is_file()
-    assert (linked / "checkpoint" / "config.json").stat().st_ino == (engine / "checkpoint" / "config.json").stat().st_ino
+    assert (linked / "checkpoint" / "config.json").stat().st_ino == (
+        engine / "checkpoint" / "config.json"
+    ).stat().st_ino
 
 
 def test_triton_batch_above_the_builds_is_refused(built, tmp_path) -> None:
@@ -101,8 +108,11 @@ def test_triton_batch_above_the_builds_is_refused(built, tmp_path) -> None:
     cfg, engine, _, _ = built
     bigger = cfg.model_copy(deep=True)
     bigger.build.max_batch_size = cfg.build.max_batch_size * 2
-    with pytest.raises(PipelineError, match=rf"max_batch_size {bigger.build.max_batch_size} .*llmapi build's "
-                                            rf"max_batch_size {cfg.build.max_batch_size}"):
+    with pytest.raises(
+        PipelineError,
+        match=rf"max_batch_size {bigger.build.max_batch_size} .*llmapi build's "
+        rf"max_batch_size {cfg.build.max_batch_size}",
+    ):
         write_repository(tmp_path / "repo", engine, bigger)
     assert not (tmp_path / "repo" / "tensorrt_llm").exists()
 
@@ -174,7 +184,9 @@ def test_every_end_of_sequence_id_stops_the_answer(server, built, checkpoint, re
     answer = reference[PROMPTS[0]]
     assert answer[-1] == extra and len(answer) < MAX_TOKENS, "the reference itself stops at the second id"
     for stream in (True, False):
-        text = "".join(c.text for c in generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, stream=stream))
+        text = "".join(
+            c.text for c in generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, stream=stream)
+        )
         assert text == expected[PROMPTS[0]]
 
 
@@ -193,9 +205,14 @@ def test_http_generate_and_token_counts(server, expected) -> None:
     import urllib.request
 
     prompt = PROMPTS[1]
-    body = json.dumps({"text_input": prompt, "max_tokens": MAX_TOKENS, "return_num_output_tokens": True}).encode()
-    req = urllib.request.Request(f"http://{server.http_url}/v2/models/ensemble/generate", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"text_input": prompt, "max_tokens": MAX_TOKENS, "return_num_output_tokens": True}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/ensemble/generate",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     answer = json.loads(opener.open(req, timeout=120).read())
     assert answer["text_output"] == expected[prompt]

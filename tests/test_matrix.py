@@ -22,11 +22,15 @@ WORKFLOW = ROOT / "examples" / "ci" / "build-engines.yml"
 
 @pytest.fixture
 def cfg_path(tmp_path: Path) -> Path:
-    data = {"model": {"name": "m", "checkpoint": str(tmp_path / "missing")},
-            "build": {"target": "engine", "archs": ["sm80", "sm90", "sm100"], "tp_size": 2},
-            "variants": [{"name": "a", "quantization": {"format": "fp8"}},
-                         {"name": "b", "quantization": {"format": "nvfp4"}},
-                         {"name": "c", "quantization": {"format": "int4_awq"}}]}
+    data = {
+        "model": {"name": "m", "checkpoint": str(tmp_path / "missing")},
+        "build": {"target": "engine", "archs": ["sm80", "sm90", "sm100"], "tp_size": 2},
+        "variants": [
+            {"name": "a", "quantization": {"format": "fp8"}},
+            {"name": "b", "quantization": {"format": "nvfp4"}},
+            {"name": "c", "quantization": {"format": "int4_awq"}},
+        ],
+    }
     path = tmp_path / "lpx.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -35,11 +39,29 @@ def cfg_path(tmp_path: Path) -> Path:
 def test_cells_and_exclusions(cfg_path: Path) -> None:
     cfg = load_config(cfg_path)
     cells = {(c["variant"], c["arch"]) for c in build_matrix(cfg)}
-    assert cells == {("a", "sm90"), ("a", "sm100"), ("b", "sm100"), ("c", "sm80"), ("c", "sm90"), ("c", "sm100")}
+    assert cells == {
+        ("a", "sm90"),
+        ("a", "sm100"),
+        ("b", "sm100"),
+        ("c", "sm80"),
+        ("c", "sm90"),
+        ("c", "sm100"),
+    }
     cell = next(c for c in build_matrix(cfg) if c["name"] == "a-sm90")
-    assert cell == {"name": "a-sm90", "variant": "a", "format": "fp8", "kv_cache": "none", "arch": "sm90", "sm": 90,
-                         "tp_size": 2, "pp_size": 1, "gpus": 2, "target": "engine", "trtllm_version": "1.2",
-                         "runner_label": "gpu-sm90"}
+    assert cell == {
+        "name": "a-sm90",
+        "variant": "a",
+        "format": "fp8",
+        "kv_cache": "none",
+        "arch": "sm90",
+        "sm": 90,
+        "tp_size": 2,
+        "pp_size": 1,
+        "gpus": 2,
+        "target": "engine",
+        "trtllm_version": "1.2",
+        "runner_label": "gpu-sm90",
+    }
     reasons = {(e["variant"], e["arch"]): e["reason"] for e in excluded_cells(cfg)}
     assert set(reasons) == {("a", "sm80"), ("b", "sm80"), ("b", "sm90")}
     assert "sm89" in reasons[("a", "sm80")] and "sm100" in reasons[("b", "sm90")]

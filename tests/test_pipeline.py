@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def lpx(*args: str, env_home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "LPX_HOME": str(env_home), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def _edit(path: Path, fn) -> None:
@@ -63,15 +64,21 @@ def test_quantize_build_cached_then_changed(demo_config, isolated_home):
     trt = json.loads((ckpt_dir / "trtllm" / "config.json").read_text())
     assert trt["quantization"]["quant_algo"] == "FP8" and trt["rotary_base"] == 10000.0
     assert (ckpt_dir / "trtllm" / "rank0.safetensors").is_file()
-    assert (ckpt_dir / "hf" / "hf_quant_config.json").is_file() and (ckpt_dir / "hf" / "tokenizer.json").is_file()
+    assert (ckpt_dir / "hf" / "hf_quant_config.json").is_file() and (
+        ckpt_dir / "hf" / "tokenizer.json"
+    ).is_file()
 
 
 @pytest.mark.slow
 def test_sigkill_mid_stage_leaves_nothing_complete(demo_config, isolated_home):
     env = {**os.environ, "LPX_HOME": str(isolated_home), "PYTHONPATH": str(ROOT)}
     slot = isolated_home / "artifacts" / "checkpoints" / "tiny-llama" / "fp8" / "any"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "quantize", "-c", str(demo_config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "quantize", "-c", str(demo_config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list(slot.glob(".tmp-*/*")):
         time.sleep(0.05)
@@ -98,17 +105,25 @@ def _one_line_error(res: subprocess.CompletedProcess, *fragments: str) -> None:
 @pytest.mark.slow
 def test_bad_inputs_get_one_clear_line(tmp_path, isolated_home):
     cfg = tmp_path / "lpx.yaml"
-    base = {"model": {"name": "m", "checkpoint": "missing"}, "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}]}
+    base = {
+        "model": {"name": "m", "checkpoint": "missing"},
+        "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}],
+    }
     cfg.write_text(yaml.safe_dump(base))
-    _one_line_error(lpx("quantize", "-c", str(cfg), env_home=isolated_home), "no checkpoint folder at", "missing")
+    _one_line_error(
+        lpx("quantize", "-c", str(cfg), env_home=isolated_home), "no checkpoint folder at", "missing"
+    )
 
     (tmp_path / "missing").mkdir()
     _one_line_error(lpx("quantize", "-c", str(cfg), env_home=isolated_home), "has no config.json")
 
     (tmp_path / "missing" / "config.json").write_text("{}")
     (tmp_path / "missing" / "pytorch_model.bin").write_bytes(b"\x80")
-    _one_line_error(lpx("quantize", "-c", str(cfg), env_home=isolated_home), "only pickle weights",
-                    "model.allow_pickle: true")
+    _one_line_error(
+        lpx("quantize", "-c", str(cfg), env_home=isolated_home),
+        "only pickle weights",
+        "model.allow_pickle: true",
+    )
 
     cfg.write_text(yaml.safe_dump({**base, "variants": [{"name": "x", "quantization": {"format": "int3"}}]}))
     res = lpx("quantize", "-c", str(cfg), env_home=isolated_home)
@@ -121,9 +136,15 @@ def test_bad_inputs_get_one_clear_line(tmp_path, isolated_home):
 
 def test_format_the_archs_cannot_run_is_refused(tmp_path, isolated_home, tiny_checkpoint):
     cfg = tmp_path / "lpx.yaml"
-    cfg.write_text(yaml.safe_dump({"model": {"name": "m", "checkpoint": str(tiny_checkpoint)},
-                                   "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}],
-                                   "build": {"archs": ["sm90", "sm80"]}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": "m", "checkpoint": str(tiny_checkpoint)},
+                "variants": [{"name": "fp8", "quantization": {"format": "fp8"}}],
+                "build": {"archs": ["sm90", "sm80"]},
+            }
+        )
+    )
     res = lpx("quantize", "-c", str(cfg), env_home=isolated_home)
     _one_line_error(res, "format 'fp8' needs sm89 or newer, but build.archs lists sm80")
     assert res.returncode == 2

@@ -61,7 +61,9 @@ def test_fit_and_roofline_on_h200():
     fp8 = row(result, "fp8")
     pool = (143771 * 2**20 - fp8["weight_bytes"] - result["runtime_overhead_bytes"]) * 0.9
     assert fp8["fit_sequences"] == int(pool // (8192 * 128 * 1024))
-    assert fp8["tokens_per_s_batch1"] == pytest.approx(4.8e12 / (fp8["weight_bytes"] + 8192 * 131072), rel=1e-9)
+    assert fp8["tokens_per_s_batch1"] == pytest.approx(
+        4.8e12 / (fp8["weight_bytes"] + 8192 * 131072), rel=1e-9
+    )
     assert fp8["tokens_per_s_at_fit"] > 5 * fp8["tokens_per_s_batch1"]
     assert fp8["suggested_max_batch_size"] == 64 and fp8["runs_on_gpu"]
     assert row(result, "nvfp4")["runs_on_gpu"] is False
@@ -76,10 +78,21 @@ def test_max_seq_len_warning_and_no_room():
     assert row(small, "none")["fit_sequences"] is None and any("no room" in w for w in small["warnings"])
 
 
-@pytest.mark.parametrize("name,key", [("h200", "h200"), ("NVIDIA H200", "h200"), ("H100 80GB HBM3", "h100-sxm"),
-                                      ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
-                                      ("A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A10G", "a10g"), ("NVIDIA L4", "l4"),
-                                      ("NVIDIA L40S", "l40s"), ("NVIDIA B200", "b200")])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        ("h200", "h200"),
+        ("NVIDIA H200", "h200"),
+        ("H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA B200", "b200"),
+    ],
+)
 def test_gpu_lookup(name, key):
     assert find_gpu(name).key == key
 
@@ -93,8 +106,15 @@ def test_gpu_table_and_unknown():
 
 
 def test_model_config_file_and_checkpoint(tmp_path):
-    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
+    cfg = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     shape = load_shape(tmp_path, None, None)
     assert kv_bytes_per_token(shape) == 131072 and shape.params == LLAMA8B.params
@@ -107,11 +127,18 @@ def test_model_config_file_and_checkpoint(tmp_path):
 
 
 def test_cli_json_and_table():
-    out = CliRunner().invoke(plan_command, ["--preset", "llama-3.1-8b", "--gpu", "NVIDIA H200", "--seq-len", "8192", "--json"])
+    out = CliRunner().invoke(
+        plan_command, ["--preset", "llama-3.1-8b", "--gpu", "NVIDIA H200", "--seq-len", "8192", "--json"]
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["kv_bytes_per_token"]["bf16"] == 131072 and data["gpu"]["key"] == "h200"
-    assert set(row(data, "fp8")) >= {"weight_bytes", "fit_sequences", "tokens_per_s_batch1", "suggested_max_num_tokens"}
+    assert set(row(data, "fp8")) >= {
+        "weight_bytes",
+        "fit_sequences",
+        "tokens_per_s_batch1",
+        "suggested_max_num_tokens",
+    }
     table = CliRunner().invoke(plan_command, ["--preset", "mistral-7b", "--gpu", "l40s"])
     assert table.exit_code == 0 and "int4_awq" in table.output and "128 KiB" in table.output
     bad = CliRunner().invoke(plan_command, ["--preset", "gpt-5"])

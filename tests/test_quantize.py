@@ -22,7 +22,10 @@ VARIANTS = [
     {"name": "bf16", "quantization": {"format": "none", "exports": ALL}},
     {"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8", "exports": ALL}},
     {"name": "int4_awq", "quantization": {"format": "int4_awq", "awq_block_size": 64, "exports": ALL}},
-    {"name": "w4a8_awq", "quantization": {"format": "w4a8_awq", "awq_block_size": 32, "kv_cache": "fp8", "exports": ALL}},
+    {
+        "name": "w4a8_awq",
+        "quantization": {"format": "w4a8_awq", "awq_block_size": 32, "kv_cache": "fp8", "exports": ALL},
+    },
     {"name": "int8_sq", "quantization": {"format": "int8_sq", "kv_cache": "int8", "exports": ALL}},
     {"name": "nvfp4", "quantization": {"format": "nvfp4", "kv_cache": "fp8", "exports": ALL}},
     {"name": "fp8_mlp_only", "quantization": {"format": "fp8", "exclude": ["*self_attn*"], "exports": ALL}},
@@ -42,11 +45,14 @@ def quantized(tiny_checkpoint, tmp_path_factory):
     old = os.environ.get("LPX_HOME")
     os.environ["LPX_HOME"] = str(home)
     try:
-        cfg = parse_config({
-            "model": {"name": "tiny", "checkpoint": str(tiny_checkpoint)}, "variants": VARIANTS,
-            "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
-            "build": {"archs": ["sm100"], "tp_size": 2},
-        })
+        cfg = parse_config(
+            {
+                "model": {"name": "tiny", "checkpoint": str(tiny_checkpoint)},
+                "variants": VARIANTS,
+                "calibration": {"samples": 8, "seq_len": 64, "batch_size": 4},
+                "build": {"archs": ["sm100"], "tp_size": 2},
+            }
+        )
         runner = Runner(cfg, quiet())
         yield {v.name: runner.quantize(v) for v in cfg.variants}
     finally:
@@ -65,23 +71,35 @@ def test_trtllm_checkpoint_matches_contract(quantized, variant, version):
     kv = art.manifest["results"]["kv_cache"]
     line = "1.2" if version == "latest" else "0.16"
     if QUANT_ALGO[fmt] and QUANT_ALGO[fmt] not in TRTLLM_SUPPORTS[line]:
-        pytest.skip(f"{fmt} is refused for TensorRT-LLM {line} before quantizing (test_capability_checks_refuse_before_work)")
+        pytest.skip(
+            f"{fmt} is refused for TensorRT-LLM {line} before quantizing (test_capability_checks_refuse_before_work)"
+        )
     cfg = json.loads((art.path / "trtllm" / "config.json").read_text())
     q = cfg["quantization"]
-    fields = {f["key"] for f in CONTRACT["quantization"][f"fields_{version}" if version != "latest" else "fields_latest"]}
+    fields = {
+        f["key"]
+        for f in CONTRACT["quantization"][f"fields_{version}" if version != "latest" else "fields_latest"]
+    }
     assert set(q) <= fields, f"keys unknown to TensorRT-LLM {version}: {set(q) - fields}"
-    allowed_algos = (CONTRACT["quantization"]["quant_algo_allowed_latest"] if version == "latest"
-                     else CONTRACT["QuantAlgo"]["v0.16.0_referenced_members"])
+    allowed_algos = (
+        CONTRACT["quantization"]["quant_algo_allowed_latest"]
+        if version == "latest"
+        else CONTRACT["QuantAlgo"]["v0.16.0_referenced_members"]
+    )
     assert q.get("quant_algo") == QUANT_ALGO[fmt]
     assert q.get("quant_algo") is None or q["quant_algo"] in allowed_algos
     assert q.get("kv_cache_quant_algo") == KV_ALGO[kv]
-    assert q.get("kv_cache_quant_algo") is None or q["kv_cache_quant_algo"] in CONTRACT["quantization"][
-        "kv_cache_quant_algo_allowed_latest"]
+    assert (
+        q.get("kv_cache_quant_algo") is None
+        or q["kv_cache_quant_algo"] in CONTRACT["quantization"]["kv_cache_quant_algo_allowed_latest"]
+    )
     # the checkpoint is split for tp x pp: one rank file per rank, mapping consistent
     mapping = cfg["mapping"]
     assert mapping["world_size"] == mapping["tp_size"] * mapping["pp_size"] == 2
-    assert sorted(p.name for p in (art.path / "trtllm").glob("rank*.safetensors")) == ["rank0.safetensors",
-                                                                                      "rank1.safetensors"]
+    assert sorted(p.name for p in (art.path / "trtllm").glob("rank*.safetensors")) == [
+        "rank0.safetensors",
+        "rank1.safetensors",
+    ]
     assert cfg["architecture"] in CONTRACT["architectures"]["MODEL_MAP_keys_latest"]
 
 
@@ -115,8 +133,11 @@ def test_int8_kv_has_no_hf_export_and_says_why(quantized):
 
 
 def _cfg(tiny_checkpoint, **over):
-    data = {"model": {"name": "tiny", "checkpoint": str(tiny_checkpoint)},
-            "variants": [{"name": "v", "quantization": {"format": "fp8"}}], "build": {"archs": ["sm90"]}}
+    data = {
+        "model": {"name": "tiny", "checkpoint": str(tiny_checkpoint)},
+        "variants": [{"name": "v", "quantization": {"format": "fp8"}}],
+        "build": {"archs": ["sm90"]},
+    }
     for key, value in over.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return parse_config(data)
@@ -125,14 +146,28 @@ def _cfg(tiny_checkpoint, **over):
 def test_capability_checks_refuse_before_work(tiny_checkpoint, isolated_home):
     cases = [
         (dict(variants=[{"name": "v", "quantization": {"format": "nvfp4"}}]), "needs sm100 or newer"),
-        (dict(build={"archs": ["sm90"], "trtllm_version": "0.16"},
-              variants=[{"name": "v", "quantization": {"format": "fp8", "kv_cache": "fp8"}}]), None),
-        (dict(build={"archs": ["sm100"], "trtllm_version": "0.16"},
-              variants=[{"name": "v", "quantization": {"format": "nvfp4"}}]), "not known to TensorRT-LLM 0.16"),
+        (
+            dict(
+                build={"archs": ["sm90"], "trtllm_version": "0.16"},
+                variants=[{"name": "v", "quantization": {"format": "fp8", "kv_cache": "fp8"}}],
+            ),
+            None,
+        ),
+        (
+            dict(
+                build={"archs": ["sm100"], "trtllm_version": "0.16"},
+                variants=[{"name": "v", "quantization": {"format": "nvfp4"}}],
+            ),
+            "not known to TensorRT-LLM 0.16",
+        ),
         (dict(build={"archs": ["sm90"], "tp_size": 3}), "does not divide the model's 4 attention heads"),
-        (dict(build={"archs": ["sm90"], "tp_size": 2},
-              variants=[{"name": "v", "quantization": {"format": "int4_awq", "awq_block_size": 128}}]),
-         "awq_block_size 128 does not divide hidden_size 128 / tp_size 2 = 64"),
+        (
+            dict(
+                build={"archs": ["sm90"], "tp_size": 2},
+                variants=[{"name": "v", "quantization": {"format": "int4_awq", "awq_block_size": 128}}],
+            ),
+            "awq_block_size 128 does not divide hidden_size 128 / tp_size 2 = 64",
+        ),
     ]
     for over, message in cases:
         runner = Runner(_cfg(tiny_checkpoint, **over), quiet())

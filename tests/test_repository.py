@@ -17,8 +17,17 @@ from pipeline.errors import PipelineError
 from pipeline.stages import repository as repo_stage
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT = next((p for p in (ROOT / "tests/contracts/tensorrtllm_backend_models.json",
-                             ROOT.parent / "shared/contracts/tensorrtllm_backend_models.json") if p.is_file()), None)
+CONTRACT = next(
+    (
+        p
+        for p in (
+            ROOT / "tests/contracts/tensorrtllm_backend_models.json",
+            ROOT.parent / "shared/contracts/tensorrtllm_backend_models.json",
+        )
+        if p.is_file()
+    ),
+    None,
+)
 TEXT = "Hello world, the river ran. 中文 😀 naïve café - done"
 
 
@@ -59,7 +68,9 @@ def parsed(repo_dir: Path, model: str) -> mc.ModelConfig:
 
 def contract_models() -> dict:
     if CONTRACT is None:
-        pytest.skip("tensorrtllm_backend_models.json contract not found (tests/contracts or ../shared/contracts)")
+        pytest.skip(
+            "tensorrtllm_backend_models.json contract not found (tests/contracts or ../shared/contracts)"
+        )
     return json.loads(CONTRACT.read_text())["versions"]["latest"]["models"]
 
 
@@ -69,7 +80,13 @@ def tensors(conf: mc.ModelConfig, io: str) -> dict[str, tuple[str, list[int]]]:
 
 def test_layout_and_summary(repo, engine_dir: Path, cfg) -> None:
     dest, summary = repo
-    assert summary["models"] == ["preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls"]
+    assert summary["models"] == [
+        "preprocessing",
+        "tensorrt_llm",
+        "postprocessing",
+        "ensemble",
+        "tensorrt_llm_bls",
+    ]
     files = [p for p in dest.rglob("*") if p.is_file()]
     assert summary["files"] == len(files)
     for model in ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls"):
@@ -94,10 +111,14 @@ def test_configs_parse_and_are_relocatable(repo, cfg) -> None:
             if key.endswith(("_dir", "_path")):
                 assert (dest / model / param.string_value).is_dir(), f"{model}.{key} -> missing folder"
     assert parsed(dest, "tensorrt_llm").model_transaction_policy.decoupled
-    assert parsed(dest, "tensorrt_llm").parameters["max_tokens_cap"].string_value == str(cfg.serving.max_tokens_cap)
+    assert parsed(dest, "tensorrt_llm").parameters["max_tokens_cap"].string_value == str(
+        cfg.serving.max_tokens_cap
+    )
     assert parsed(dest, "ensemble").platform == "ensemble"
     pre = {k: v.string_value for k, v in parsed(dest, "preprocessing").parameters.items()}
-    assert pre["apply_chat_template"] == "false" and pre["max_input_len"] == "512"  # the engine's lpx_engine.json
+    assert (
+        pre["apply_chat_template"] == "false" and pre["max_input_len"] == "512"
+    )  # the engine's lpx_engine.json
     assert pre["max_tokens_cap"] == str(cfg.serving.max_tokens_cap)
 
 
@@ -107,8 +128,10 @@ def test_bls_model_matches_upstream(repo, cfg) -> None:
     assert conf.backend == "python" and conf.model_transaction_policy.decoupled
     assert conf.max_batch_size == cfg.build.max_batch_size
     assert [g.kind for g in conf.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
-    assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {"seed_input_name",
-                                                                                  "engine_counts_tokens"}
+    assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {
+        "seed_input_name",
+        "engine_counts_tokens",
+    }
     assert conf.parameters["engine_counts_tokens"].string_value == "true"  # the torch engine sends the count
     assert conf.parameters["tensorrt_llm_model_name"].string_value == "tensorrt_llm"
     theirs = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in upstream["inputs"]}
@@ -128,8 +151,17 @@ def test_ensemble_inputs_match_upstream(repo) -> None:
     assert {n: theirs[n] for n in ours} == ours
     required = {t["name"] for t in upstream["inputs"] if not t.get("optional")}
     assert required <= set(ours)
-    assert {"stream", "end_id", "pad_id", "top_k", "top_p", "temperature", "stop_words", "bad_words",
-            "exclude_input_in_output"} <= set(ours)
+    assert {
+        "stream",
+        "end_id",
+        "pad_id",
+        "top_k",
+        "top_p",
+        "temperature",
+        "stop_words",
+        "bad_words",
+        "exclude_input_in_output",
+    } <= set(ours)
     optional = {t.name for t in conf.input if t.optional}
     assert optional == set(ours) - required
     assert "return_num_output_tokens" in ours
@@ -161,7 +193,9 @@ def test_ensemble_wiring_matches_upstream_and_types_agree(repo) -> None:
         inputs = {t.name: t for t in conf.input}
         assert {t.name for t in conf.input if not t.optional} <= set(step.input_map)
         for model_input, tensor in step.input_map.items():
-            assert tensor in produced, f"{step.model_name}.{model_input} reads {tensor}, produced by nothing before"
+            assert tensor in produced, (
+                f"{step.model_name}.{model_input} reads {tensor}, produced by nothing before"
+            )
             assert produced[tensor] == inputs[model_input].data_type
         outputs = {t.name: t.data_type for t in conf.output}
         produced.update({tensor: outputs[name] for name, tensor in step.output_map.items()})
@@ -187,15 +221,20 @@ def metaspace_tokenizer():
 
     sp = Tokenizer(models.BPE(unk_token="<unk>"))
     sp.pre_tokenizer = pre_tokenizers.Metaspace()
-    sp.train_from_iterator(paragraphs(corpus_text()), trainer=trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    sp.train_from_iterator(
+        paragraphs(corpus_text()),
+        trainer=trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+        ),
+    )
     trained = json.loads(sp.to_str())["model"]
     vocab = dict(trained["vocab"])
     vocab.update({f"<0x{i:02X}>": len(vocab) + i for i in range(256)})  # ordinary tokens, as in Llama 2
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
     sp.model = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True)
-    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                    decoders.Strip(" ", 1, 0)])
+    sp.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     return PreTrainedTokenizerFast(tokenizer_object=sp, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
@@ -206,7 +245,7 @@ def stream_text(tokenizer, ids: list[int], step: int) -> list[str]:
     chunks, sent = [], 0
     for end in range(step, len(ids) + step, step):
         final = end >= len(ids)
-        pending = ids[sent:min(end, len(ids))]
+        pending = ids[sent : min(end, len(ids))]
         if engine.ready(tokenizer, pending, final):
             chunks.append(decode(pending))
             sent = min(end, len(ids))

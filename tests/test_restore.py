@@ -38,7 +38,7 @@ def quantized_state(ckpt, fmt, target="torch"):
             "build": {"archs": ["sm90"], "target": target, "max_input_len": 256, "max_seq_len": 512},
         }
     )
-    runner = Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))  # noqa: SIM115
+    runner = Runner(cfg, Reporter(Console(file=open("/dev/null", "w"))))
     return runner, runner.quantize(cfg.variants[0])
 
 
@@ -113,7 +113,7 @@ def test_hf_export_after_trtllm_restores_through_the_meta_path(models, isolated_
             "build": {"archs": ["sm90"], "target": "llmapi", "max_input_len": 256, "max_seq_len": 512},
         }
     )
-    both = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).quantize(cfg.variants[0])  # noqa: SIM115
+    both = Runner(cfg, Reporter(Console(file=open("/dev/null", "w")))).quantize(cfg.variants[0])
     r = both.manifest["results"]
     assert (
         r["exports"] == ["hf", "trtllm"] and "restore: meta device + to_empty (no weight init)" in r["notes"]

@@ -30,7 +30,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 # Streams the prompt back one word per response, at most max_tokens words, FINAL on the last one.
-TOY_MODEL = '''
+TOY_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -50,7 +50,7 @@ class TritonPythonModel:
                 out = pb_utils.Tensor("text_output", np.array([[(" " if i else "") + word]], dtype=object))
                 sender.send(pb_utils.InferenceResponse([out]), flags=FINAL if i == len(words) - 1 else 0)
         return None
-'''
+"""
 
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, ::ffff:127.0.0.1 (gRPC)
 PROMPT = "the quick brown fox jumps over the lazy dog"
@@ -167,7 +167,9 @@ def test_unknown_model_is_pipeline_error(server, protocol):
 
 @pytest.mark.triton
 def test_broken_config_shows_parse_error(tmp_path):
-    repo = write_repo(tmp_path / "repo", TOY_CONFIG.replace("max_batch_size: 8", "max_batch_size: 8 bogus_field: 1"))
+    repo = write_repo(
+        tmp_path / "repo", TOY_CONFIG.replace("max_batch_size: 8", "max_batch_size: 8 bogus_field: 1")
+    )
     srv = serve.TritonServer(repo, ready_timeout_s=60)
     with pytest.raises(PipelineError, match="exited") as info:
         srv.start()
@@ -206,7 +208,9 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     )
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "LPX_HOME": str(tmp_path / "home")}
-    parent = _sp.Popen([_sys.executable, "-c", code, str(tmp_path / "repo")], stdout=_sp.PIPE, text=True, env=env)
+    parent = _sp.Popen(
+        [_sys.executable, "-c", code, str(tmp_path / "repo")], stdout=_sp.PIPE, text=True, env=env
+    )
     pid = int(parent.stdout.readline())
     parent.send_signal(_signal.SIGKILL)
     parent.wait()
@@ -216,7 +220,10 @@ def test_server_dies_with_a_killed_parent(tmp_path):
             os.kill(pid, 0)
         except ProcessLookupError:
             break
-        if Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+        if (
+            Path(f"/proc/{pid}/stat").is_file()
+            and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        ):
             break
         _time.sleep(0.2)
     else:

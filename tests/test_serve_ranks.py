@@ -24,7 +24,7 @@ def ranks(cmd: list[str]) -> list[list[str]]:
     blocks, cur = [], None
     for i, arg in enumerate(cmd):
         if arg == str(BIN):
-            assert cmd[i - 2:i] == ["-n", "1"]
+            assert cmd[i - 2 : i] == ["-n", "1"]
             cur = []
             blocks.append(cur)
         elif arg == ":":
@@ -46,7 +46,12 @@ def test_world_size_1_is_plain_tritonserver() -> None:
     cmd = compose(1)
     assert cmd[0] == str(BIN) and "mpirun" not in " ".join(cmd)
     assert "--model-control-mode=none" in cmd and not flag(cmd, "load-model")
-    assert flag(cmd, "http-address") == flag(cmd, "grpc-address") == flag(cmd, "metrics-address") == ["127.0.0.1"]
+    assert (
+        flag(cmd, "http-address")
+        == flag(cmd, "grpc-address")
+        == flag(cmd, "metrics-address")
+        == ["127.0.0.1"]
+    )
     assert flag(cmd, "http-port") == ["18000"] and flag(cmd, "grpc-port") == ["18001"]
 
 
@@ -99,13 +104,16 @@ def test_mpirun_missing_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
 
 def test_server_command_uses_ranks_and_keeps_extra_args_on_rank0(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(serve.shutil, "which", lambda name: str(MPIRUN) if name == "mpirun" else None)
-    srv = serve.TritonServer(tmp_path, host="127.0.0.1", log_path=tmp_path / "t.log", world_size=2,
-                             extra_args=["--log-verbose=1"])
+    srv = serve.TritonServer(
+        tmp_path, host="127.0.0.1", log_path=tmp_path / "t.log", world_size=2, extra_args=["--log-verbose=1"]
+    )
     srv._ports = dict(PORTS)
     blocks = ranks(srv.command(BIN, None))
     assert "--log-verbose=1" in blocks[0] and "--log-verbose=1" not in blocks[1]
     assert flag(blocks[1], "log-file") == [str(tmp_path / "triton-rank1.log")]
-    assert all(flag(b, "backend-config")[0].endswith(f"{srv.shm_prefix}prefix{r}_") for r, b in enumerate(blocks))
+    assert all(
+        flag(b, "backend-config")[0].endswith(f"{srv.shm_prefix}prefix{r}_") for r, b in enumerate(blocks)
+    )
     single = serve.TritonServer(tmp_path, world_size=1)
     single._ports = dict(PORTS)
     assert single.command(BIN, None)[0] == str(BIN)

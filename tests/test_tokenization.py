@@ -37,12 +37,15 @@ def test_text_input_checks(pre) -> None:
         pre.first_text(None)
 
 
-@pytest.mark.parametrize(("n_prompt", "max_tokens", "message"), [
-    (10, 0, r"max_tokens must be at least 1 \(got 0\)"),
-    (10, -5, r"max_tokens must be at least 1 \(got -5\)"),
-    (10, 513, r"max_tokens 513 is above this server's cap 512 - .*serving.max_tokens_cap"),
-    (600, 8, r"the prompt has 600 tokens, above the engine's max_input_len 512 - shorten it"),
-])
+@pytest.mark.parametrize(
+    ("n_prompt", "max_tokens", "message"),
+    [
+        (10, 0, r"max_tokens must be at least 1 \(got 0\)"),
+        (10, -5, r"max_tokens must be at least 1 \(got -5\)"),
+        (10, 513, r"max_tokens 513 is above this server's cap 512 - .*serving.max_tokens_cap"),
+        (600, 8, r"the prompt has 600 tokens, above the engine's max_input_len 512 - shorten it"),
+    ],
+)
 def test_length_checks(pre, n_prompt: int, max_tokens: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         pre.check_lengths(n_prompt, max_tokens, 512, 512)
@@ -68,7 +71,9 @@ def test_extra_end_ids_become_one_token_stop_words(pre, tokenizer) -> None:
     assert pre.with_stops(empty, []) is empty
     assert pre.with_stops(empty, [7, 9]).tolist() == [[[7, 9], [1, 2]]]
     words = pre.word_list(tokenizer, np.array([[b"river", b"stone"]], dtype=object))
-    n = len(tokenizer.encode("river", add_special_tokens=False)) + len(tokenizer.encode("stone", add_special_tokens=False))
+    n = len(tokenizer.encode("river", add_special_tokens=False)) + len(
+        tokenizer.encode("stone", add_special_tokens=False)
+    )
     got = pre.with_stops(words, [7])
     assert got[0][0].tolist() == words[0][0][:n].tolist() + [7]
     ends = [e for e in got[0][1].tolist() if e >= 0]
@@ -78,6 +83,8 @@ def test_extra_end_ids_become_one_token_stop_words(pre, tokenizer) -> None:
 def test_chat_template_wraps_the_prompt(pre, tokenizer) -> None:
     plain = pre.prompt_ids(tokenizer, "the river", True, chat=False)
     assert plain == tokenizer.encode("the river", add_special_tokens=True)
-    tokenizer.chat_template = "{% for m in messages %}<|{{ m.role }}|> {{ m.content }}\n{% endfor %}<|assistant|>"
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|{{ m.role }}|> {{ m.content }}\n{% endfor %}<|assistant|>"
+    )
     ids = pre.prompt_ids(tokenizer, "the river", True, chat=True)
     assert tokenizer.decode(ids) == "<|user|> the river\n<|assistant|>"

@@ -39,7 +39,9 @@ def test_greedy_matches_generate(engine: TorchEngine, tokenizer, torch_engine_di
         deltas = list(stream)
         assert stream.finished
         assert [t for d in deltas for t in d] == stream.tokens == expected
-        assert all(len(d) >= 1 for d in deltas), "every delta carries a token; the last one is flagged finished"
+        assert all(len(d) >= 1 for d in deltas), (
+            "every delta carries a token; the last one is flagged finished"
+        )
 
 
 def test_greedy_flavours_agree(engine: TorchEngine, tokenizer) -> None:
@@ -76,7 +78,9 @@ def test_concurrent_requests_interleave(engine: TorchEngine, tokenizer) -> None:
     started = {i for t, i, _ in events if t <= first_finish}
     assert started == {0, 1, 2, 3}, "every request produced tokens before any one finished"
     order = [i for _, i, _ in sorted(events)]
-    assert any(a != b for a, b in zip(order, order[1:], strict=False)), "tokens of different requests interleave"
+    assert any(a != b for a, b in zip(order, order[1:], strict=False)), (
+        "tokens of different requests interleave"
+    )
 
 
 def test_cancel_ends_stream(engine: TorchEngine, tokenizer) -> None:

@@ -34,8 +34,11 @@ def raw_stream(url: str, prompt: str, max_tokens: int, **lists: list[str]) -> st
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    arrays = {"text_input": np.array([[prompt.encode()]], dtype=object),
-              "max_tokens": np.array([[max_tokens]], dtype=np.int32), "stream": np.array([[True]])}
+    arrays = {
+        "text_input": np.array([[prompt.encode()]], dtype=object),
+        "max_tokens": np.array([[max_tokens]], dtype=np.int32),
+        "stream": np.array([[True]]),
+    }
     arrays.update({k: np.array([[w.encode() for w in v]], dtype=object) for k, v in lists.items()})
     inputs = []
     for name, arr in arrays.items():
@@ -76,7 +79,10 @@ def reference_tokens(torch_engine_dir: Path) -> dict[str, list[int]]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(torch_engine_dir)
-    return {p: reference_greedy(torch_engine_dir, tok(p)["input_ids"], MAX_TOKENS, tok.eos_token_id) for p in PROMPTS}
+    return {
+        p: reference_greedy(torch_engine_dir, tok(p)["input_ids"], MAX_TOKENS, tok.eos_token_id)
+        for p in PROMPTS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +96,18 @@ def expected(torch_engine_dir: Path, reference_tokens: dict[str, list[int]]) -> 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_bench_counts_the_servers_tokens_not_responses(server, reference_tokens, model: str, protocol: str) -> None:
+def test_bench_counts_the_servers_tokens_not_responses(
+    server, reference_tokens, model: str, protocol: str
+) -> None:
     """lpx bench asks text models for num_output_tokens: per request, the counts add up to the ids the
     model generated (transformers' greedy reference), however the stream was cut into responses."""
     from pipeline.bench.load import LoadSpec, run_closed
 
     prompt = PROMPTS[1]
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    spec = LoadSpec(url=url, model=model, protocol=protocol, output_len=MAX_TOKENS, prompts=(prompt,), count_tokens=True)
+    spec = LoadSpec(
+        url=url, model=model, protocol=protocol, output_len=MAX_TOKENS, prompts=(prompt,), count_tokens=True
+    )
     run = run_closed(spec, concurrency=2, requests=4)
     assert run.token_source == "num_output_tokens"
     want = len(reference_tokens[prompt])
@@ -155,17 +165,20 @@ def test_stop_words_end_the_answer(server, torch_engine_dir: Path, expected: dic
     ids = tok(expected[PROMPTS[0]], add_special_tokens=False)["input_ids"]
 
     def roundtrips(i: int) -> bool:  # a two-token stop word that preprocessing encodes to the same ids
-        return tok.encode(tok.decode(ids[i - 1:i + 1]), add_special_tokens=False) == ids[i - 1:i + 1]
+        return tok.encode(tok.decode(ids[i - 1 : i + 1]), add_special_tokens=False) == ids[i - 1 : i + 1]
 
     cut = next(i for i in range(3, len(ids)) if roundtrips(i))
-    stop = tok.decode(ids[cut - 1:cut + 1])
+    stop = tok.decode(ids[cut - 1 : cut + 1])
     text = raw_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, stop_words=[stop, "zzzz"])
-    assert text == tok.decode(ids[:cut + 1]) and text.endswith(stop)
+    assert text == tok.decode(ids[: cut + 1]) and text.endswith(stop)
     # LPX's own client sends the same word list ([1, n] BYTES) and gets the same cut answer
     from pipeline.client import generate
 
     assert generate(server.grpc_url, PROMPTS[0], MAX_TOKENS, stop_words=[stop, "zzzz"]).text == text
-    assert generate(server.http_url, PROMPTS[0], MAX_TOKENS, protocol="http", stop_words=[stop, "zzzz"]).text == text
+    assert (
+        generate(server.http_url, PROMPTS[0], MAX_TOKENS, protocol="http", stop_words=[stop, "zzzz"]).text
+        == text
+    )
 
 
 # -- the BLS model, HTTP generate, request errors, many streams ----------------------------------------
@@ -175,8 +188,12 @@ def http_generate(url: str, model: str, body: dict) -> dict:
 
     with requests.Session() as session:
         session.trust_env = False
-        resp = session.post(f"http://{url.split('://')[-1]}/v2/models/{model}/generate", json=body, timeout=60,
-                            headers={"Connection": "close"})
+        resp = session.post(
+            f"http://{url.split('://')[-1]}/v2/models/{model}/generate",
+            json=body,
+            timeout=60,
+            headers={"Connection": "close"},
+        )
     return {"status": resp.status_code, **resp.json()}
 
 
@@ -187,8 +204,12 @@ def raw_request(url: str, model: str, arrays: dict) -> tuple[str, str | None]:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    names = {np.dtype(object): "BYTES", np.dtype(np.int32): "INT32", np.dtype(bool): "BOOL",
-             np.dtype(np.float32): "FP32"}
+    names = {
+        np.dtype(object): "BYTES",
+        np.dtype(np.int32): "INT32",
+        np.dtype(bool): "BOOL",
+        np.dtype(np.float32): "FP32",
+    }
     inputs = []
     for name, arr in arrays.items():
         inputs.append(grpcclient.InferInput(name, list(arr.shape), names[arr.dtype]))
@@ -217,15 +238,20 @@ def raw_request(url: str, model: str, arrays: dict) -> tuple[str, str | None]:
 def request_arrays(prompt, max_tokens, **extra) -> dict:
     import numpy as np
 
-    text = prompt if isinstance(prompt, np.ndarray) else np.array([[prompt if isinstance(prompt, bytes)
-                                                                     else prompt.encode()]], dtype=object)
+    text = (
+        prompt
+        if isinstance(prompt, np.ndarray)
+        else np.array([[prompt if isinstance(prompt, bytes) else prompt.encode()]], dtype=object)
+    )
     tokens = max_tokens if isinstance(max_tokens, np.ndarray) else np.array([[max_tokens]], dtype=np.int32)
     return {"text_input": text, "max_tokens": tokens, "stream": np.array([[True]]), **extra}
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_http_generate_not_streamed_gives_one_answer(server, expected: dict[str, str], model: str) -> None:
-    got = http_generate(server.http_url, model, {"text_input": PROMPTS[1], "max_tokens": MAX_TOKENS, "stream": False})
+    got = http_generate(
+        server.http_url, model, {"text_input": PROMPTS[1], "max_tokens": MAX_TOKENS, "stream": False}
+    )
     assert got["status"] == 200 and "error" not in got, got
     text = got["text_output"]
     assert ("".join(text) if isinstance(text, list) else text) == expected[PROMPTS[1]]
@@ -237,7 +263,9 @@ def test_bls_streams_the_ensembles_text(server, expected: dict[str, str]) -> Non
     for prompt in PROMPTS[:2]:
         chunks = list(generate_stream(server.grpc_url, prompt, MAX_TOKENS, model="tensorrt_llm_bls"))
         assert "".join(c.text for c in chunks) == expected[prompt] and len(chunks) > 1
-    via_http = generate_stream(server.http_url, PROMPTS[0], MAX_TOKENS, model="tensorrt_llm_bls", protocol="http")
+    via_http = generate_stream(
+        server.http_url, PROMPTS[0], MAX_TOKENS, model="tensorrt_llm_bls", protocol="http"
+    )
     assert "".join(c.text for c in via_http) == expected[PROMPTS[0]]
     text, error = raw_request(server.grpc_url, "tensorrt_llm_bls", request_arrays(PROMPTS[0], MAX_TOKENS))
     assert error is None and text == expected[PROMPTS[0]]
@@ -253,10 +281,14 @@ def bad_requests() -> dict[str, tuple[dict, str]]:
         "zero max_tokens": (request_arrays(PROMPTS[0], 0), "max_tokens must be at least 1 (got 0)"),
         "oversized max_tokens": (request_arrays(PROMPTS[0], 10_000), "above this server's cap 512"),
         "over-long prompt": (request_arrays("river stone " * 400, 8), "above the engine's max_input_len 512"),
-        "max_tokens as FP32": (request_arrays(PROMPTS[0], np.array([[8.0]], dtype=np.float32)),
-                               "inference input 'max_tokens' data-type is 'FP32', but model"),
-        "text_input as INT32": (request_arrays(np.array([[7]], dtype=np.int32), 8),
-                                "inference input 'text_input' data-type is 'INT32', but model"),
+        "max_tokens as FP32": (
+            request_arrays(PROMPTS[0], np.array([[8.0]], dtype=np.float32)),
+            "inference input 'max_tokens' data-type is 'FP32', but model",
+        ),
+        "text_input as INT32": (
+            request_arrays(np.array([[7]], dtype=np.int32), 8),
+            "inference input 'text_input' data-type is 'INT32', but model",
+        ),
         "invalid UTF-8": (request_arrays(b"ok \xff\xfe bytes", 8), "text_input is not valid UTF-8"),
     }
 

@@ -20,14 +20,22 @@ from pipeline.stages import trtllm_build as tb
 HERE = Path(__file__).resolve().parent
 CONTRACT = json.loads((HERE / "contracts" / "trtllm_build_flags.json").read_text())
 LPX_VERSION = {"latest": "1.2", "v0.16.0": "0.16"}
-CASES = [(v, f) for v in ("latest", "v0.16.0") for f in ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
-         if not (f == "nvfp4" and v == "v0.16.0")]
+CASES = [
+    (v, f)
+    for v in ("latest", "v0.16.0")
+    for f in ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
+    if not (f == "nvfp4" and v == "v0.16.0")
+]
 
 
 def make_config(fmt: str = "none", **build):
-    return parse_config({"model": {"name": "tiny", "checkpoint": "/nonexistent"},
-                         "variants": [{"name": fmt, "quantization": {"format": fmt}}],
-                         "build": {"target": "engine", **DEMO_LIMITS, **build}})
+    return parse_config(
+        {
+            "model": {"name": "tiny", "checkpoint": "/nonexistent"},
+            "variants": [{"name": fmt, "quantization": {"format": fmt}}],
+            "build": {"target": "engine", **DEMO_LIMITS, **build},
+        }
+    )
 
 
 def flags_of(argv: list[str]) -> dict[str, str]:
@@ -43,8 +51,9 @@ def standin_binary(monkeypatch):
 @pytest.mark.parametrize("version,fmt", CASES)
 def test_compose_accepted_by_standin_and_contract(tmp_path, version, fmt):
     ckpt = write_checkpoint(tmp_path / "ckpt", fmt)
-    argv, reasons = tb.compose(make_config(fmt), fmt, ckpt, tmp_path / "engine", tmp_path / "timing.cache",
-                               LPX_VERSION[version])
+    argv, reasons = tb.compose(
+        make_config(fmt), fmt, ckpt, tmp_path / "engine", tmp_path / "timing.cache", LPX_VERSION[version]
+    )
     flags = {f["flag"]: f for f in CONTRACT["versions"][version]["flags"]}
     for flag, value in flags_of(argv).items():
         spec = flags[flag]  # KeyError = a flag this version does not have
@@ -73,15 +82,28 @@ def test_compose_accepted_by_standin_and_contract(tmp_path, version, fmt):
 
 @pytest.mark.parametrize("version", ["latest", "v0.16.0"])
 def test_fp8_demo_argv(tmp_path, version):
-    argv, _ = tb.compose(make_config("fp8"), "fp8", tmp_path, tmp_path / "e", tmp_path / "t.cache",
-                         LPX_VERSION[version])
+    argv, _ = tb.compose(
+        make_config("fp8"), "fp8", tmp_path, tmp_path / "e", tmp_path / "t.cache", LPX_VERSION[version]
+    )
     f = flags_of(argv)
-    assert (f["--max_batch_size"], f["--max_input_len"], f["--max_seq_len"], f["--max_num_tokens"]) == \
-        ("8", "512", "1024", "4096")
+    assert (f["--max_batch_size"], f["--max_input_len"], f["--max_seq_len"], f["--max_num_tokens"]) == (
+        "8",
+        "512",
+        "1024",
+        "4096",
+    )
     assert f["--gemm_plugin"] == "auto" and f["--use_fp8_context_fmha"] == "enable"
-    assert ("--kv_cache_type" in f) == (version == "latest") and ("--paged_kv_cache" in f) == (version != "latest")
-    small, _ = tb.compose(make_config("fp8", max_batch_size=4), "fp8", tmp_path, tmp_path / "e",
-                          tmp_path / "t.cache", LPX_VERSION[version])
+    assert ("--kv_cache_type" in f) == (version == "latest") and ("--paged_kv_cache" in f) == (
+        version != "latest"
+    )
+    small, _ = tb.compose(
+        make_config("fp8", max_batch_size=4),
+        "fp8",
+        tmp_path,
+        tmp_path / "e",
+        tmp_path / "t.cache",
+        LPX_VERSION[version],
+    )
     assert flags_of(small)["--gemm_plugin"] == "fp8"
 
 
@@ -107,13 +129,21 @@ def test_compose_refusals(tmp_path):
 
 
 @pytest.mark.parametrize("version", ["latest", "v0.16.0"])
-@pytest.mark.parametrize("fmt,kv,paged_ctx", [("fp8", "fp8", "enable"), ("int4_awq", "fp8", "disable"),
-                                              ("none", "fp8", "disable"), ("int8_sq", "int8", "disable"),
-                                              ("int8_sq", "none", "enable")])
+@pytest.mark.parametrize(
+    "fmt,kv,paged_ctx",
+    [
+        ("fp8", "fp8", "enable"),
+        ("int4_awq", "fp8", "disable"),
+        ("none", "fp8", "disable"),
+        ("int8_sq", "int8", "disable"),
+        ("int8_sq", "none", "enable"),
+    ],
+)
 def test_kv_cache_quantization_and_paged_context_fmha(tmp_path, version, fmt, kv, paged_ctx):
     ckpt = write_checkpoint(tmp_path / "ckpt", fmt, kv={"none": None, "fp8": "FP8", "int8": "INT8"}[kv])
-    argv, reasons = tb.compose(make_config(fmt), fmt, ckpt, tmp_path / "e", tmp_path / "t", LPX_VERSION[version],
-                               kv_cache=kv)
+    argv, reasons = tb.compose(
+        make_config(fmt), fmt, ckpt, tmp_path / "e", tmp_path / "t", LPX_VERSION[version], kv_cache=kv
+    )
     assert flags_of(argv)["--use_paged_context_fmha"] == paged_ctx and reasons["--use_paged_context_fmha"]
     res = run_standin(argv, version, tmp_path)
     assert res.returncode == 0, res.stderr
@@ -123,9 +153,17 @@ def test_kv_cache_quantization_and_paged_context_fmha(tmp_path, version, fmt, kv
     assert run_standin(forced, version, tmp_path).returncode == (0 if paged_ctx == "enable" else 1)
 
 
-@pytest.mark.parametrize("bad,version", [(["--max_output_len", "8"], "latest"), (["--auto_parallel", "2"], "latest"),
-                                         (["--gemm_plugin", "nvfp4"], "v0.16.0"), (["--kv_cache_type", "blocks"], "latest"),
-                                         (["--context_fmha"], "latest"), (["--max_batch_size", "x"], "v0.16.0")])
+@pytest.mark.parametrize(
+    "bad,version",
+    [
+        (["--max_output_len", "8"], "latest"),
+        (["--auto_parallel", "2"], "latest"),
+        (["--gemm_plugin", "nvfp4"], "v0.16.0"),
+        (["--kv_cache_type", "blocks"], "latest"),
+        (["--context_fmha"], "latest"),
+        (["--max_batch_size", "x"], "v0.16.0"),
+    ],
+)
 def test_standin_rejects_illegal_argv(tmp_path, bad, version):
     ckpt = write_checkpoint(tmp_path / "ckpt")
     res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), *bad], version, tmp_path)
@@ -135,12 +173,26 @@ def test_standin_rejects_illegal_argv(tmp_path, bad, version):
 def test_standin_checks_ranks_and_rules(tmp_path):
     ckpt = write_checkpoint(tmp_path / "ckpt", world=2)
     (ckpt / "rank1.safetensors").unlink()
-    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "e")],
-                      "latest", tmp_path)
+    res = run_standin(
+        ["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "e")],
+        "latest",
+        tmp_path,
+    )
     assert res.returncode == 1 and "rank1.safetensors" in res.stderr
     ckpt = write_checkpoint(tmp_path / "ok")
-    res = run_standin(["trtllm-build", "--checkpoint_dir", str(ckpt), "--multiple_profiles", "enable",
-                       "--opt_num_tokens", "64"], "latest", tmp_path)
+    res = run_standin(
+        [
+            "trtllm-build",
+            "--checkpoint_dir",
+            str(ckpt),
+            "--multiple_profiles",
+            "enable",
+            "--opt_num_tokens",
+            "64",
+        ],
+        "latest",
+        tmp_path,
+    )
     assert res.returncode == 1 and "opt_num_tokens" in res.stderr
 
 
@@ -153,7 +205,9 @@ def test_run_build_success(tmp_path, standin_binary, monkeypatch):
     assert elapsed > 0 and any("Total time" in line for line in lines)
     log = (tmp_path / "build.log").read_text()
     assert log.startswith("$ ") and "--checkpoint_dir" in log and "Total time" in log
-    assert (tmp_path / "engine" / "config.json").is_file() and (tmp_path / "engine" / "rank0.engine").is_file()
+    assert (tmp_path / "engine" / "config.json").is_file() and (
+        tmp_path / "engine" / "rank0.engine"
+    ).is_file()
     assert (tmp_path / "t.cache").is_file()
 
 
@@ -255,5 +309,7 @@ def test_engine_versions_shape():
     versions = tb.engine_versions()
     assert set(versions) == {"gpu", "sm", "driver", "cuda", "tensorrt", "tensorrt_llm"}
     assert versions["tensorrt_llm"] == installed("tensorrt_llm", "tensorrt-llm")
-    assert versions["tensorrt"] == installed("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12")
+    assert versions["tensorrt"] == installed(
+        "tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12"
+    )
     assert all(v is None or isinstance(v, str) and v for v in versions.values()), versions

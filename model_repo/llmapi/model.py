@@ -1,4 +1,6 @@
-import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
 """The llmapi target's `tensorrt_llm` model (decoupled): TensorRT-LLM's LLM API, PyTorch backend.

@@ -1,4 +1,6 @@
-import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
 """LPX postprocessing: token ids -> text, with the tensor names of upstream's `postprocessing` model.
@@ -44,7 +46,7 @@ class AnchoredDecoder:
         if not ids:
             return ""
         text = self._plain(self.anchor + ids)
-        return text[len(self.prefix):] if text.startswith(self.prefix) else self._plain(ids)
+        return text[len(self.prefix) :] if text.startswith(self.prefix) else self._plain(ids)
 
 
 class TritonPythonModel:
@@ -62,10 +64,17 @@ class TritonPythonModel:
                 tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()
                 lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()
                 lengths = lengths.reshape(-1)
-                tokens = tokens.reshape(len(lengths), -1) if tokens.size else np.zeros((len(lengths), 0), np.int32)
-                texts = [self.decode(beam[: int(n)].tolist()).encode("utf-8") for beam, n in zip(tokens, lengths, strict=True)]
+                tokens = (
+                    tokens.reshape(len(lengths), -1) if tokens.size else np.zeros((len(lengths), 0), np.int32)
+                )
+                texts = [
+                    self.decode(beam[: int(n)].tolist()).encode("utf-8")
+                    for beam, n in zip(tokens, lengths, strict=True)
+                ]
                 out = pb_utils.Tensor("OUTPUT", np.array([texts], dtype=np.object_))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
             except Exception as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"postprocessing: {exc}")))
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"postprocessing: {exc}"))
+                )
         return responses

@@ -1,4 +1,6 @@
-import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
 """LPX preprocessing: text -> token ids, with the tensor names of upstream's `preprocessing` model.
@@ -39,8 +41,10 @@ def first_text(array) -> str:
         try:
             value = value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"text_input is not valid UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})"
-                             " - send the prompt as UTF-8 text") from None
+            raise ValueError(
+                f"text_input is not valid UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})"
+                " - send the prompt as UTF-8 text"
+            ) from None
     text = str(value)
     if not text.strip():
         raise ValueError("text_input is empty - send a non-empty prompt")
@@ -60,8 +64,9 @@ def prompt_ids(tokenizer, text: str, add_special_tokens: bool, chat: bool) -> li
     """Token ids of the prompt; with `chat`, text is one user turn in the tokenizer's chat template
     (the template writes its own special tokens, so none are added on top)."""
     if chat:
-        templated = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                  add_generation_prompt=True)
+        templated = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         return tokenizer.encode(templated, add_special_tokens=False)
     return tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
@@ -70,11 +75,15 @@ def check_lengths(n_prompt: int, max_tokens: int, max_input_len: int, cap: int) 
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1 (got {max_tokens})")
     if cap and max_tokens > cap:
-        raise ValueError(f"max_tokens {max_tokens} is above this server's cap {cap} - ask for fewer tokens "
-                         "or raise serving.max_tokens_cap")
+        raise ValueError(
+            f"max_tokens {max_tokens} is above this server's cap {cap} - ask for fewer tokens "
+            "or raise serving.max_tokens_cap"
+        )
     if max_input_len and n_prompt > max_input_len:
-        raise ValueError(f"the prompt has {n_prompt} tokens, above the engine's max_input_len {max_input_len} - "
-                         "shorten it or rebuild with a larger build.max_input_len")
+        raise ValueError(
+            f"the prompt has {n_prompt} tokens, above the engine's max_input_len {max_input_len} - "
+            "shorten it or rebuild with a larger build.max_input_len"
+        )
 
 
 def with_stops(stops: np.ndarray, extra: list[int]) -> np.ndarray:
@@ -86,7 +95,7 @@ def with_stops(stops: np.ndarray, extra: list[int]) -> np.ndarray:
     if n == 0:
         ids, offsets = [], []
     else:
-        ids, offsets = ids[:offsets[n - 1]], offsets[:n]
+        ids, offsets = ids[: offsets[n - 1]], offsets[:n]
     for token in extra:
         ids.append(token)
         offsets.append(len(ids))
@@ -96,7 +105,11 @@ def with_stops(stops: np.ndarray, extra: list[int]) -> np.ndarray:
 
 def word_list(tokenizer, array) -> np.ndarray:
     """Strings -> [1, 2, n] int32: ids of all words, then each word's end offset (-1 padded)."""
-    words = [] if array is None else [w.decode("utf-8") if isinstance(w, bytes) else str(w) for w in array.reshape(-1)]
+    words = (
+        []
+        if array is None
+        else [w.decode("utf-8") if isinstance(w, bytes) else str(w) for w in array.reshape(-1)]
+    )
     ids: list[int] = []
     offsets: list[int] = []
     for word in words:
@@ -117,8 +130,10 @@ class TritonPythonModel:
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() in ("true", "1", "yes")
         self.chat = params.get("apply_chat_template", "false").lower() in ("true", "1", "yes")
         if self.chat and not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"apply_chat_template is on but the tokenizer in {tok_dir} has no chat template - "
-                             "turn it off in pipeline/stages/repository.py or use a tokenizer with one")
+            raise ValueError(
+                f"apply_chat_template is on but the tokenizer in {tok_dir} has no chat template - "
+                "turn it off in pipeline/stages/repository.py or use a tokenizer with one"
+            )
         self.max_input_len = int(params.get("max_input_len") or 0)
         self.cap = int(params.get("max_tokens_cap") or 0)
         self.end_ids = end_ids(tok_dir if tok_dir.is_absolute() else folder / tok_dir, self.tokenizer)
@@ -132,7 +147,9 @@ class TritonPythonModel:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._one(request)))
             except Exception as exc:  # one bad request must not fail the batch
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}")))
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}"))
+                )
         return responses
 
     def _one(self, request) -> list:
@@ -151,7 +168,9 @@ class TritonPythonModel:
             "REQUEST_INPUT_LEN": np.array([[len(ids)]], dtype=np.int32),
             "REQUEST_OUTPUT_LEN": np.array([[out_len]], dtype=np.int32),
             "OUT_END_ID": np.array([[end_id]], dtype=np.int32),
-            "OUT_PAD_ID": np.array([[self.pad_id if pad is None else int(pad.reshape(-1)[0])]], dtype=np.int32),
+            "OUT_PAD_ID": np.array(
+                [[self.pad_id if pad is None else int(pad.reshape(-1)[0])]], dtype=np.int32
+            ),
             "STOP_WORDS_IDS": with_stops(stops, [i for i in self.end_ids if i != end_id]),
             "BAD_WORDS_IDS": word_list(self.tokenizer, optional(request, "BAD_WORDS_DICT")),
         }

@@ -1,4 +1,6 @@
-import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
 """LPX's BLS model `tensorrt_llm_bls` (decoupled): the ensemble's request tensors in, text_output out,
@@ -24,15 +26,33 @@ from pipeline.model_args import model_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # request tensor -> preprocessing input
-PRE_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
-              "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}
+PRE_INPUTS = {
+    "text_input": "QUERY",
+    "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT",
+    "stop_words": "STOP_WORDS_DICT",
+    "end_id": "END_ID",
+    "pad_id": "PAD_ID",
+}
 # preprocessing output -> tensorrt_llm input
-PRE_TO_ENGINE = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths",
-                 "REQUEST_OUTPUT_LEN": "request_output_len", "OUT_END_ID": "end_id", "OUT_PAD_ID": "pad_id",
-                 "STOP_WORDS_IDS": "stop_words_list", "BAD_WORDS_IDS": "bad_words_list"}
+PRE_TO_ENGINE = {
+    "INPUT_ID": "input_ids",
+    "REQUEST_INPUT_LEN": "input_lengths",
+    "REQUEST_OUTPUT_LEN": "request_output_len",
+    "OUT_END_ID": "end_id",
+    "OUT_PAD_ID": "pad_id",
+    "STOP_WORDS_IDS": "stop_words_list",
+    "BAD_WORDS_IDS": "bad_words_list",
+}
 # request tensor -> tensorrt_llm input (passed through when the client sent it)
-SAMPLING = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "temperature": "temperature", "seed": "seed",
-            "stream": "streaming", "exclude_input_in_output": "exclude_input_in_output"}
+SAMPLING = {
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "seed": "seed",
+    "stream": "streaming",
+    "exclude_input_in_output": "exclude_input_in_output",
+}
 
 
 class StepError(Exception):
@@ -79,18 +99,31 @@ class TritonPythonModel:
 
     def _generate(self, request, sender) -> None:
         given = {name: pb_utils.get_input_tensor_by_name(request, name) for name in (*PRE_INPUTS, *SAMPLING)}
-        pre = checked(pb_utils.InferenceRequest(
-            model_name="preprocessing", requested_output_names=list(PRE_TO_ENGINE),
-            inputs=[pb_utils.Tensor(PRE_INPUTS[n], t.as_numpy()) for n, t in given.items()
-                    if n in PRE_INPUTS and t is not None]).exec(), "preprocessing")
-        inputs = [pb_utils.Tensor(dst, pb_utils.get_output_tensor_by_name(pre, src).as_numpy())
-                  for src, dst in PRE_TO_ENGINE.items()]
-        inputs += [pb_utils.Tensor(self.sampling[n], t.as_numpy()) for n, t in given.items()
-                   if n in SAMPLING and t is not None]
+        pre = checked(
+            pb_utils.InferenceRequest(
+                model_name="preprocessing",
+                requested_output_names=list(PRE_TO_ENGINE),
+                inputs=[
+                    pb_utils.Tensor(PRE_INPUTS[n], t.as_numpy())
+                    for n, t in given.items()
+                    if n in PRE_INPUTS and t is not None
+                ],
+            ).exec(),
+            "preprocessing",
+        )
+        inputs = [
+            pb_utils.Tensor(dst, pb_utils.get_output_tensor_by_name(pre, src).as_numpy())
+            for src, dst in PRE_TO_ENGINE.items()
+        ]
+        inputs += [
+            pb_utils.Tensor(self.sampling[n], t.as_numpy())
+            for n, t in given.items()
+            if n in SAMPLING and t is not None
+        ]
         stream = given["stream"] is not None and bool(given["stream"].as_numpy().reshape(-1)[0])
         responses = pb_utils.InferenceRequest(
-            model_name=self.engine, inputs=inputs,
-            requested_output_names=self.outputs).exec(decoupled=True)
+            model_name=self.engine, inputs=inputs, requested_output_names=self.outputs
+        ).exec(decoupled=True)
         texts: list[np.ndarray] = []
         total = 0
         for response in responses:
@@ -104,26 +137,45 @@ class TritonPythonModel:
                 continue
             text = self._detokenize(ids.as_numpy(), lengths.as_numpy())
             counted = pb_utils.get_output_tensor_by_name(response, "num_output_tokens")
-            n = int(counted.as_numpy().reshape(-1)[0]) if counted is not None else int(lengths.as_numpy().reshape(-1)[0])
+            n = (
+                int(counted.as_numpy().reshape(-1)[0])
+                if counted is not None
+                else int(lengths.as_numpy().reshape(-1)[0])
+            )
             if stream:
-                sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text),
-                                                                       count_tensor(n)]))
+                sender.send(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[pb_utils.Tensor("text_output", text), count_tensor(n)]
+                    )
+                )
             else:
                 texts.append(text)
                 total += n
         if stream:
             sender.send(flags=FINAL)
             return
-        whole = np.array([[b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]]
-                         if texts else [[b""]], dtype=np.object_)
-        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", whole),
-                                                               count_tensor(total)]), flags=FINAL)
+        whole = np.array(
+            [[b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]]
+            if texts
+            else [[b""]],
+            dtype=np.object_,
+        )
+        sender.send(
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("text_output", whole), count_tensor(total)]
+            ),
+            flags=FINAL,
+        )
 
     def _detokenize(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        post = checked(pb_utils.InferenceRequest(
-            model_name="postprocessing", requested_output_names=["OUTPUT"],
-            inputs=[pb_utils.Tensor("TOKENS_BATCH", ids), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)]).exec(),
-            "postprocessing")
+        post = checked(
+            pb_utils.InferenceRequest(
+                model_name="postprocessing",
+                requested_output_names=["OUTPUT"],
+                inputs=[pb_utils.Tensor("TOKENS_BATCH", ids), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)],
+            ).exec(),
+            "postprocessing",
+        )
         return pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy()
 
     @staticmethod

@@ -1,4 +1,6 @@
-import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")  # noqa: E702, I001
+import locale
+
+locale.setlocale(locale.LC_ALL, "C.UTF-8")
 # ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
 
 """LPX's torch reference engine, served under the name `tensorrt_llm` (decoupled): the torch target.
@@ -22,6 +24,8 @@ class TritonPythonModel(GenerationModel):
 
     def initialize(self, args: dict) -> None:
         resolve = self.setup(args)
-        self.engine = TorchEngine(resolve("gpt_model_path", "1/engine"), batch_invariant=self.flag("batch_invariant"))
+        self.engine = TorchEngine(
+            resolve("gpt_model_path", "1/engine"), batch_invariant=self.flag("batch_invariant")
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))

@@ -25,7 +25,9 @@ def load_run(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(f"cannot read {file}: {exc} - pass folders written by 'lpx bench --out'", 2) from None
+        raise PipelineError(
+            f"cannot read {file}: {exc} - pass folders written by 'lpx bench --out'", 2
+        ) from None
     if not isinstance(doc, dict) or "target" not in doc or "results" not in doc:
         raise PipelineError(f"{file} is not an 'lpx bench' results.json (no target/results)", 2)
     doc["_path"] = str(path)
@@ -41,8 +43,11 @@ def _levels(doc: dict[str, Any]) -> list[str]:
     out = []
     for r in doc["results"]:
         load = r["load"]
-        out.append(f"c={load['concurrency']}" if load["mode"] == "closed"
-                   else f"rate={load['rate']:g}/s b={load.get('burstiness', 1.0):g}")
+        out.append(
+            f"c={load['concurrency']}"
+            if load["mode"] == "closed"
+            else f"rate={load['rate']:g}/s b={load.get('burstiness', 1.0):g}"
+        )
     return out
 
 
@@ -50,10 +55,16 @@ def shape(doc: dict[str, Any]) -> dict[str, Any]:
     """What must match between compared runs: the GPU and the load shape."""
     t = doc["target"]
     gpus = (doc.get("environment") or {}).get("gpus") or []
-    return {"GPU": ", ".join(gpus) if gpus else "none", "model kind": t.get("model"), "protocol": t.get("protocol"),
-            "input length": t.get("input_len"), "output length": t.get("output_len"),
-            "length spread": f"{t.get('input_len_std', 0)}/{t.get('output_len_std', 0)}",
-            "dataset prompts": t.get("dataset_prompts", 0), "load levels": ", ".join(_levels(doc))}
+    return {
+        "GPU": ", ".join(gpus) if gpus else "none",
+        "model kind": t.get("model"),
+        "protocol": t.get("protocol"),
+        "input length": t.get("input_len"),
+        "output length": t.get("output_len"),
+        "length spread": f"{t.get('input_len_std', 0)}/{t.get('output_len_std', 0)}",
+        "dataset prompts": t.get("dataset_prompts", 0),
+        "load levels": ", ".join(_levels(doc)),
+    }
 
 
 def mismatches(docs: list[dict[str, Any]]) -> list[str]:
@@ -77,8 +88,13 @@ def parse_variant(ref: str) -> dict[str, str | None]:
 
 
 def _artifacts(store: Store, variant: dict[str, Any], stage: str) -> list[Artifact]:
-    found = [a for a in store.all() if a.stage == stage and a.manifest.get("variant") == variant.get("name")
-             and (not variant.get("model") or a.manifest.get("model") == variant["model"])]
+    found = [
+        a
+        for a in store.all()
+        if a.stage == stage
+        and a.manifest.get("variant") == variant.get("name")
+        and (not variant.get("model") or a.manifest.get("model") == variant["model"])
+    ]
     return sorted(found, key=lambda a: a.manifest.get("created", 0), reverse=True)
 
 
@@ -126,15 +142,21 @@ def _quality(q: dict[str, Any] | None) -> str:
         return "-"
     if "skipped" in q:
         return "not evaluated"
-    return (f"KL {q['kl_mean']:.4f}, top-1 {q['top1_agreement']:.1%}, "
-            f"ppl {q['ppl_quantized']:.2f} ({q['ppl_increase_pct']:+.1f}%)")
+    return (
+        f"KL {q['kl_mean']:.4f}, top-1 {q['top1_agreement']:.1%}, "
+        f"ppl {q['ppl_quantized']:.2f} ({q['ppl_increase_pct']:+.1f}%)"
+    )
 
 
 def markdown(docs: list[dict[str, Any]], facts: list[dict[str, Any]], notes: list[str]) -> str:
     s = shape(docs[0])
-    lines = ["# lpx compare", "",
-             f"GPU {s['GPU']}; {s['model kind']} over {s['protocol']}; ISL {s['input length']}, "
-             f"OSL {s['output length']}; levels {s['load levels']}", ""]
+    lines = [
+        "# lpx compare",
+        "",
+        f"GPU {s['GPU']}; {s['model kind']} over {s['protocol']}; ISL {s['input length']}, "
+        f"OSL {s['output length']}; levels {s['load levels']}",
+        "",
+    ]
     if notes:
         lines += ["Forced past differences:", *[f"- {n}" for n in notes], ""]
     lines += ["| run | model | URL | variant | quality | size on disk |", "|---|---|---|---|---|---|"]
@@ -142,16 +164,23 @@ def markdown(docs: list[dict[str, Any]], facts: list[dict[str, Any]], notes: lis
         v = doc.get("variant") or {}
         name = "/".join(x for x in (v.get("model"), v.get("name")) if x) or "-"
         size = f"{f['size_bytes'] / 1e9:.2f} GB ({f['size_of']})" if "size_bytes" in f else "-"
-        lines.append(f"| {label(doc)} | {doc['target']['model']} | {doc['target']['url']} | {name} "
-                     f"| {_quality(f.get('quality'))} | {size} |")
-    lines += ["", "| run | load | ok/failed | TTFT p50/p99 ms | ITL p50/p99 ms | out tok/s | tok/s/user p50 | MBU |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {label(doc)} | {doc['target']['model']} | {doc['target']['url']} | {name} "
+            f"| {_quality(f.get('quality'))} | {size} |"
+        )
+    lines += [
+        "",
+        "| run | load | ok/failed | TTFT p50/p99 ms | ITL p50/p99 ms | out tok/s | tok/s/user p50 | MBU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for doc in docs:
         for level, r in zip(_levels(doc), doc["results"], strict=True):
             mbu = f"{r['roofline']['mbu']:.0%}" if r.get("roofline") else "-"
-            lines.append(f"| {label(doc)} | {level} | {r['succeeded']}/{r['failed']} | {_p(r['ttft_ms'], 'p50', 'p99')} "
-                         f"| {_p(r['itl_ms'], 'p50', 'p99')} | {r['output_tokens_per_s']:.1f} "
-                         f"| {_p(r['tokens_per_s_per_user'], 'p50')} | {mbu} |")
+            lines.append(
+                f"| {label(doc)} | {level} | {r['succeeded']}/{r['failed']} | {_p(r['ttft_ms'], 'p50', 'p99')} "
+                f"| {_p(r['itl_ms'], 'p50', 'p99')} | {r['output_tokens_per_s']:.1f} "
+                f"| {_p(r['tokens_per_s_per_user'], 'p50')} | {mbu} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -166,8 +195,11 @@ def plot(docs: list[dict[str, Any]], path: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(7, 5))
     for doc in docs:
-        pts = [(r["tokens_per_s_per_user"]["p50"], r["output_tokens_per_s"], lv)
-               for lv, r in zip(_levels(doc), doc["results"], strict=True) if r.get("tokens_per_s_per_user")]
+        pts = [
+            (r["tokens_per_s_per_user"]["p50"], r["output_tokens_per_s"], lv)
+            for lv, r in zip(_levels(doc), doc["results"], strict=True)
+            if r.get("tokens_per_s_per_user")
+        ]
         if not pts:
             continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label(doc))
@@ -181,15 +213,18 @@ def plot(docs: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def compare(paths: list[Path], force: bool = False, out: Path | None = None,
-            store: Store | None = None) -> dict[str, Any]:
+def compare(
+    paths: list[Path], force: bool = False, out: Path | None = None, store: Store | None = None
+) -> dict[str, Any]:
     """Read the runs, check they are comparable, and return {'markdown', 'facts', 'notes', 'files'}."""
     if not paths:
         raise PipelineError("give at least one RUN_DIR (a folder written by 'lpx bench --out')", 2)
     docs = [load_run(p) for p in paths]
     notes = mismatches(docs)
     if notes and not force:
-        raise PipelineError("runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force", 2)
+        raise PipelineError(
+            "runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force", 2
+        )
     facts = [artifact_facts(d, store) for d in docs]
     md = markdown(docs, facts, notes)
     files: dict[str, str] = {}
@@ -206,7 +241,9 @@ def compare(paths: list[Path], force: bool = False, out: Path | None = None,
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--force", is_flag=True, help="Compare runs from different GPUs or load shapes anyway.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for compare.md and compare.png.")
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="Folder for compare.md and compare.png."
+)
 def compare_command(runs: tuple[Path, ...], force: bool, out: Path | None) -> None:
     """Put bench runs (folders from 'lpx bench --out') side by side: latency, throughput, quality, size."""
     result = compare(list(runs), force, out)

@@ -40,7 +40,9 @@ class LoadSpec:
     input_len_std: float = 0.0  # > 0: lengths drawn per request from a normal distribution (rounded, >= 1)
     output_len_std: float = 0.0
     vocab: tuple[int, int] = (100, 30000)  # random prompt ids are drawn from [lo, hi)
-    prompts: tuple[str, ...] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
+    prompts: tuple[
+        str, ...
+    ] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
     on_done: Callable[[Record], None] | None = field(default=None, repr=False, compare=False)  # progress hook
     count_tokens: bool = False  # text models: ask for num_output_tokens (set when the model declares it)
     seed: int = 0
@@ -58,7 +60,9 @@ class Record:
     end: float = 0.0
     error: str | None = None
     sent_ns: int = 0  # time.time_ns() at send: the wall clock a server's emit stamps share on one machine
-    emits_ns: list[int] = field(default_factory=list)  # server-side emit time of each of those responses, if sent
+    emits_ns: list[int] = field(
+        default_factory=list
+    )  # server-side emit time of each of those responses, if sent
 
 
 @dataclass
@@ -96,12 +100,18 @@ def _tensors(spec: LoadSpec, rng: np.random.Generator) -> dict[str, tuple[str, n
     osl = draw_len(spec.output_len, spec.output_len_std, rng)
     if spec.model == ENGINE:
         ids = prompt_ids(spec, rng, isl)
-        return {"input_ids": ("INT32", ids[None, :]), "input_lengths": ("INT32", np.array([[ids.size]], np.int32)),
-                "request_output_len": ("INT32", np.array([[osl]], np.int32)),
-                "streaming": ("BOOL", np.array([[True]]))}
+        return {
+            "input_ids": ("INT32", ids[None, :]),
+            "input_lengths": ("INT32", np.array([[ids.size]], np.int32)),
+            "request_output_len": ("INT32", np.array([[osl]], np.int32)),
+            "streaming": ("BOOL", np.array([[True]])),
+        }
     text = prompt_text(spec, rng, isl).encode()
-    tensors = {"text_input": ("BYTES", np.array([[text]], dtype=object)),
-               "max_tokens": ("INT32", np.array([[osl]], np.int32)), "stream": ("BOOL", np.array([[True]]))}
+    tensors = {
+        "text_input": ("BYTES", np.array([[text]], dtype=object)),
+        "max_tokens": ("INT32", np.array([[osl]], np.int32)),
+        "stream": ("BOOL", np.array([[True]])),
+    }
     if spec.count_tokens:
         tensors["return_num_output_tokens"] = ("BOOL", np.array([[True]]))
     return tensors
@@ -138,8 +148,10 @@ def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0)
 
 # -- one request -----------------------------------------------------------------------------------
 def _bytes_tensor(arr: np.ndarray) -> bytes:
-    return b"".join(len(b).to_bytes(4, "little") + b for b in (x if isinstance(x, bytes) else str(x).encode()
-                                                                for x in arr.reshape(-1)))
+    return b"".join(
+        len(b).to_bytes(4, "little") + b
+        for b in (x if isinstance(x, bytes) else str(x).encode() for x in arr.reshape(-1))
+    )
 
 
 class GrpcSender:
@@ -148,8 +160,9 @@ class GrpcSender:
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
         self.pb = service_pb2
-        self.channel = grpc.aio.insecure_channel(spec.url, options=[
-            ("grpc.max_receive_message_length", 2**31 - 1), ("grpc.enable_http_proxy", 0)])
+        self.channel = grpc.aio.insecure_channel(
+            spec.url, options=[("grpc.max_receive_message_length", 2**31 - 1), ("grpc.enable_http_proxy", 0)]
+        )
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.spec = spec
 
@@ -215,8 +228,11 @@ class HttpSender:
         import aiohttp
 
         self.spec = spec
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.timeout_s), trust_env=False,
-                                             connector=aiohttp.TCPConnector(limit=0))
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
+            trust_env=False,
+            connector=aiohttp.TCPConnector(limit=0),
+        )
         base = spec.url if spec.url.startswith(("http://", "https://")) else f"http://{spec.url}"
         self.endpoint = f"{base}/v2/models/{spec.model}/generate_stream"
 
@@ -279,21 +295,26 @@ async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float) -> Rec
 
 
 # -- load shapes -----------------------------------------------------------------------------------
-async def _closed(spec: LoadSpec, concurrency: int, requests: int | None, duration_s: float | None,
-                  warmup: int) -> tuple[list[Record], float]:
+async def _closed(
+    spec: LoadSpec, concurrency: int, requests: int | None, duration_s: float | None, warmup: int
+) -> tuple[list[Record], float]:
     rng = np.random.default_rng(spec.seed)
     sender = _sender(spec)
     try:
+
         async def workers(count: int | None, deadline: float | None) -> list[Record]:
             out: list[Record] = []
             left = [count]
 
             async def worker() -> None:
-                while (left[0] is None or left[0] > 0) and (deadline is None or time.perf_counter() < deadline):
+                while (left[0] is None or left[0] > 0) and (
+                    deadline is None or time.perf_counter() < deadline
+                ):
                     if left[0] is not None:
                         left[0] -= 1
                     req = sender.request(_tensors(spec, rng))
                     out.append(await _issue(sender, req, time.perf_counter()))
+
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             return out
 
@@ -306,13 +327,19 @@ async def _closed(spec: LoadSpec, concurrency: int, requests: int | None, durati
         await sender.close()
 
 
-async def _open(spec: LoadSpec, rate: float, burstiness: float, requests: int, warmup: int) -> tuple[list[Record], float]:
+async def _open(
+    spec: LoadSpec, rate: float, burstiness: float, requests: int, warmup: int
+) -> tuple[list[Record], float]:
     rng = np.random.default_rng(spec.seed)
     sender = _sender(spec)
     try:
         if warmup:
-            await asyncio.gather(*(_issue(sender, sender.request(_tensors(spec, rng)), time.perf_counter())
-                                   for _ in range(warmup)))
+            await asyncio.gather(
+                *(
+                    _issue(sender, sender.request(_tensors(spec, rng)), time.perf_counter())
+                    for _ in range(warmup)
+                )
+            )
         offsets = arrival_offsets(rate, requests, burstiness, spec.seed)
         reqs = [sender.request(_tensors(spec, rng)) for _ in range(requests)]  # built before the clock starts
         t0 = time.perf_counter() + 0.01
@@ -328,23 +355,39 @@ async def _open(spec: LoadSpec, rate: float, burstiness: float, requests: int, w
         await sender.close()
 
 
-def _measure(fn: Callable[[], Awaitable[tuple[list[Record], float]]], spec: LoadSpec, load: dict[str, Any]) -> Run:
+def _measure(
+    fn: Callable[[], Awaitable[tuple[list[Record], float]]], spec: LoadSpec, load: dict[str, Any]
+) -> Run:
     cpu0 = time.process_time()
     records, wall = asyncio.run(fn())
-    source = "output_ids" if spec.model == ENGINE else "num_output_tokens" if spec.count_tokens else "responses"
+    source = (
+        "output_ids" if spec.model == ENGINE else "num_output_tokens" if spec.count_tokens else "responses"
+    )
     return Run(records, wall, time.process_time() - cpu0, source, load)
 
 
-def run_closed(spec: LoadSpec, concurrency: int, requests: int | None = 100, duration_s: float | None = None,
-               warmup: int = 0) -> Run:
+def run_closed(
+    spec: LoadSpec,
+    concurrency: int,
+    requests: int | None = 100,
+    duration_s: float | None = None,
+    warmup: int = 0,
+) -> Run:
     """`concurrency` requests always in flight; `requests` of them (or all started within `duration_s`)
     counted, after `warmup` uncounted ones at the same concurrency."""
-    load = {"mode": "closed", "concurrency": concurrency, "requests": requests, "duration_s": duration_s,
-            "warmup": warmup}
+    load = {
+        "mode": "closed",
+        "concurrency": concurrency,
+        "requests": requests,
+        "duration_s": duration_s,
+        "warmup": warmup,
+    }
     return _measure(lambda: _closed(spec, concurrency, requests, duration_s, warmup), spec, load)
 
 
-def run_open(spec: LoadSpec, rate: float, requests: int = 100, burstiness: float = 1.0, warmup: int = 0) -> Run:
+def run_open(
+    spec: LoadSpec, rate: float, requests: int = 100, burstiness: float = 1.0, warmup: int = 0
+) -> Run:
     """`requests` sent at `rate`/s with gamma(`burstiness`) gaps, whatever the server's speed."""
     load = {"mode": "open", "rate": rate, "burstiness": burstiness, "requests": requests, "warmup": warmup}
     return _measure(lambda: _open(spec, rate, burstiness, requests, warmup), spec, load)

@@ -62,7 +62,9 @@ def parse_slo(text: str | None) -> dict[str, float]:
         key, _, value = part.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
         if key not in SLO_KEYS or not value:
-            raise PipelineError(f"Bad SLO {part!r} - use e.g. --slo ttft=200ms,itl=50ms (keys: {', '.join(SLO_KEYS)})")
+            raise PipelineError(
+                f"Bad SLO {part!r} - use e.g. --slo ttft=200ms,itl=50ms (keys: {', '.join(SLO_KEYS)})"
+            )
         try:
             if value.endswith("ms"):
                 slo[key] = float(value[:-2])
@@ -71,7 +73,9 @@ def parse_slo(text: str | None) -> dict[str, float]:
             else:
                 slo[key] = float(value)
         except ValueError:
-            raise PipelineError(f"Bad SLO value {value!r} in {part!r} - write a number with ms or s") from None
+            raise PipelineError(
+                f"Bad SLO value {value!r} in {part!r} - write a number with ms or s"
+            ) from None
     return slo
 
 

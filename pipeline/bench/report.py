@@ -20,16 +20,25 @@ def gpu_names() -> list[str]:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10, check=False).stdout
+        out = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
 def environment() -> dict[str, Any]:
-    return {"gpus": gpu_names(), "versions": toolchain.versions(), **toolchain.environment(),
-            "host": platform.node()}
+    return {
+        "gpus": gpu_names(),
+        "versions": toolchain.versions(),
+        **toolchain.environment(),
+        "host": platform.node(),
+    }
 
 
 def _v(stats: dict[str, float] | None, key: str) -> str:
@@ -46,22 +55,31 @@ def markdown(doc: dict[str, Any]) -> str:
     t = doc["target"]
     v = doc.get("variant") or {}
     named = "/".join(x for x in (v.get("model"), v.get("name")) if x)
-    lines = [f"# lpx bench: {t['model']} at {t['url']} ({t['protocol']})"
-             + (f" - {doc['label']}" if doc.get("label") else "") + (f", variant {named}" if named else ""), "",
-             f"ISL {t['input_len']}, OSL {t['output_len']} requested; output tokens counted from "
-             f"{doc['results'][0]['token_source'] if doc['results'] else '-'}"
-             + (" (text only: one response counted as one token)"
-                if doc["results"] and doc["results"][0]["token_source"] == "responses" else ""), "",
-             "| load | ok | failed | TTFT p50/p99 ms | ITL p50/p99 ms | E2E p50/p99 ms | out tok/s | req/s "
-             "| tok/s/user p50 | goodput req/s | client CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# lpx bench: {t['model']} at {t['url']} ({t['protocol']})"
+        + (f" - {doc['label']}" if doc.get("label") else "")
+        + (f", variant {named}" if named else ""),
+        "",
+        f"ISL {t['input_len']}, OSL {t['output_len']} requested; output tokens counted from "
+        f"{doc['results'][0]['token_source'] if doc['results'] else '-'}"
+        + (
+            " (text only: one response counted as one token)"
+            if doc["results"] and doc["results"][0]["token_source"] == "responses"
+            else ""
+        ),
+        "",
+        "| load | ok | failed | TTFT p50/p99 ms | ITL p50/p99 ms | E2E p50/p99 ms | out tok/s | req/s "
+        "| tok/s/user p50 | goodput req/s | client CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in doc["results"]:
         good = f"{r['goodput_rps']:.2f}" if r["goodput_rps"] is not None else "-"
         lines.append(
             f"| {_level(r['load'])} | {r['succeeded']} | {r['failed']} | {_v(r['ttft_ms'], 'p50')}/{_v(r['ttft_ms'], 'p99')} "
             f"| {_v(r['itl_ms'], 'p50')}/{_v(r['itl_ms'], 'p99')} | {_v(r['e2e_ms'], 'p50')}/{_v(r['e2e_ms'], 'p99')} "
             f"| {r['output_tokens_per_s']:.1f} | {r['requests_per_s']:.2f} | {_v(r['tokens_per_s_per_user'], 'p50')} "
-            f"| {good} | {r['client_cpu_util']:.0%} |")
+            f"| {good} | {r['client_cpu_util']:.0%} |"
+        )
     lines += roofline.markdown(doc)
     errors = sorted({e for r in doc["results"] for e in r["errors"]})
     if errors:
@@ -101,7 +119,9 @@ def plots(doc: dict[str, Any], out: Path) -> list[Path]:
     paths.append(_save(fig, out / "latency.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    per_user = [r["tokens_per_s_per_user"]["p50"] if r["tokens_per_s_per_user"] else float("nan") for r in rows]
+    per_user = [
+        r["tokens_per_s_per_user"]["p50"] if r["tokens_per_s_per_user"] else float("nan") for r in rows
+    ]
     ax.plot(per_user, [r["output_tokens_per_s"] for r in rows], "o-")
     for x, y, label in zip(per_user, [r["output_tokens_per_s"] for r in rows], xs, strict=True):
         ax.annotate(str(label), (x, y))
@@ -124,5 +144,7 @@ def write(doc: dict[str, Any], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = {f"plot:{p.stem}": p for p in plots(doc, out)}
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    (out / "results.md").write_text(markdown(doc) + (f"\n{doc['plots_note']}\n" if "plots_note" in doc else ""))
+    (out / "results.md").write_text(
+        markdown(doc) + (f"\n{doc['plots_note']}\n" if "plots_note" in doc else "")
+    )
     return {"json": out / "results.json", "markdown": out / "results.md", **written}

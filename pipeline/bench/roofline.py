@@ -31,8 +31,11 @@ def shape_of(checkpoint: Path):
         cfg = cfg.get("text_config", cfg)
         if "num_hidden_layers" in cfg:
             return shape_from_config(cfg, checkpoint.name)
-    raise PipelineError(f"no HF config.json with num_hidden_layers under {checkpoint} - pass --checkpoint "
-                        "pointing at the model's HF folder", exit_code=2)
+    raise PipelineError(
+        f"no HF config.json with num_hidden_layers under {checkpoint} - pass --checkpoint "
+        "pointing at the model's HF folder",
+        exit_code=2,
+    )
 
 
 def detect_gpu(names: list[str], given: str | None) -> Gpu | None:
@@ -46,16 +49,25 @@ def kv_dtype_of(kv_cache: str | None) -> str:
     return kv_cache if kv_cache in KV_BYTES else "bf16"
 
 
-def roofline(doc: dict[str, Any], gpu: Gpu, checkpoint: Path, fmt: str, kv_dtype: str = "bf16") -> dict[str, Any]:
+def roofline(
+    doc: dict[str, Any], gpu: Gpu, checkpoint: Path, fmt: str, kv_dtype: str = "bf16"
+) -> dict[str, Any]:
     """doc['roofline'] (what was assumed) and a 'roofline' entry in each result with ITL; returns the former."""
     shape = shape_of(checkpoint)
     weights = weight_bytes(shape, fmt)["weight_bytes"]
     kv_tok = kv_bytes_per_token(shape, kv_dtype)
     t = doc["target"]
     context = t["input_len"] + t["output_len"] / 2
-    info = {"gpu": gpu.key, "bandwidth_bytes_per_s": gpu.bandwidth_bytes_per_s, "checkpoint": str(checkpoint),
-            "format": fmt, "kv_dtype": kv_dtype, "weight_bytes": weights, "kv_bytes_per_token": kv_tok,
-            "mean_context": context}
+    info = {
+        "gpu": gpu.key,
+        "bandwidth_bytes_per_s": gpu.bandwidth_bytes_per_s,
+        "checkpoint": str(checkpoint),
+        "format": fmt,
+        "kv_dtype": kv_dtype,
+        "weight_bytes": weights,
+        "kv_bytes_per_token": kv_tok,
+        "mean_context": context,
+    }
     for r in doc["results"]:
         itl = r.get("itl_ms")
         if not itl:
@@ -66,8 +78,13 @@ def roofline(doc: dict[str, Any], gpu: Gpu, checkpoint: Path, fmt: str, kv_dtype
             batch = max(1.0, r["output_tokens_per_s"] * itl["mean"] / 1e3)
         step = weights + batch * kv_tok * context
         ceiling_s = step / gpu.bandwidth_bytes_per_s
-        r["roofline"] = {"batch": batch, "bytes_per_step": step, "ceiling_itl_ms": ceiling_s * 1e3,
-                         "ceiling_tokens_per_s": batch / ceiling_s, "mbu": ceiling_s * 1e3 / itl["mean"]}
+        r["roofline"] = {
+            "batch": batch,
+            "bytes_per_step": step,
+            "ceiling_itl_ms": ceiling_s * 1e3,
+            "ceiling_tokens_per_s": batch / ceiling_s,
+            "mbu": ceiling_s * 1e3 / itl["mean"],
+        }
     doc["roofline"] = info
     return info
 
@@ -76,14 +93,25 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     info = doc.get("roofline")
     if not info:
         return []
-    lines = ["", f"Decode roofline on {info['gpu']} ({info['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s): weights "
-             f"{info['weight_bytes'] / 1e9:.2f} GB ({info['format']}), KV {info['kv_bytes_per_token']:,} B/token "
-             f"({info['kv_dtype']}), mean context {info['mean_context']:g} tokens", "",
-             "| load | batch | GB/step | ceiling ITL ms | ceiling tok/s | measured ITL ms | MBU |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"Decode roofline on {info['gpu']} ({info['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s): weights "
+        f"{info['weight_bytes'] / 1e9:.2f} GB ({info['format']}), KV {info['kv_bytes_per_token']:,} B/token "
+        f"({info['kv_dtype']}), mean context {info['mean_context']:g} tokens",
+        "",
+        "| load | batch | GB/step | ceiling ITL ms | ceiling tok/s | measured ITL ms | MBU |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in doc["results"]:
         rf = r.get("roofline")
         if rf:
-            level = f"c={r['load']['concurrency']}" if r["load"]["mode"] == "closed" else f"rate={r['load']['rate']:g}/s"
-            lines.append(f"| {level} | {rf['batch']:g} | {rf['bytes_per_step'] / 1e9:.2f} | {rf['ceiling_itl_ms']:.2f} "
-                         f"| {rf['ceiling_tokens_per_s']:,.0f} | {r['itl_ms']['mean']:.2f} | {rf['mbu']:.1%} |")
+            level = (
+                f"c={r['load']['concurrency']}"
+                if r["load"]["mode"] == "closed"
+                else f"rate={r['load']['rate']:g}/s"
+            )
+            lines.append(
+                f"| {level} | {rf['batch']:g} | {rf['bytes_per_step'] / 1e9:.2f} | {rf['ceiling_itl_ms']:.2f} "
+                f"| {rf['ceiling_tokens_per_s']:,.0f} | {r['itl_ms']['mean']:.2f} | {rf['mbu']:.1%} |"
+            )
     return lines

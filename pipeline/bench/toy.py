@@ -34,7 +34,7 @@ parameters {{ key: "first_ms" value: {{ string_value: "{first_ms}" }} }}
 parameters {{ key: "every_ms" value: {{ string_value: "{every_ms}" }} }}
 """
 
-MODEL = '''
+MODEL = """
 import heapq
 import itertools
 import json
@@ -92,7 +92,7 @@ class TritonPythonModel:
             self.running = False
             self.cv.notify()
         self.thread.join(timeout=5)
-'''
+"""
 
 
 def write_toy_repo(root: Path, first_ms: float, every_ms: float) -> Path:

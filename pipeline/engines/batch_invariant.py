@@ -58,7 +58,13 @@ def _request_mask(q_len: int, k_len: int, sliding_window: int | None, device):
 
 
 def paged_invariant_attention(
-    module: Any, query, key, value, attention_mask=None, dropout: float = 0.0, scaling: float | None = None,
+    module: Any,
+    query,
+    key,
+    value,
+    attention_mask=None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
     **kwargs: Any,
 ):
     """Attention for transformers' continuous batching, computed per request (see the module docstring).
@@ -70,8 +76,13 @@ def paged_invariant_attention(
 
     cache = kwargs.pop("cache", None)
     if cache is not None:
-        key, value = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx,
-                                  read_index=kwargs["read_index"], write_index=kwargs["write_index"])
+        key, value = cache.update(
+            key_states=key,
+            value_states=value,
+            layer_idx=module.layer_idx,
+            read_index=kwargs["read_index"],
+            write_index=kwargs["write_index"],
+        )
         key = key.transpose(0, 1).unsqueeze(0)
         value = value.transpose(0, 1).unsqueeze(0)
     cu_q = kwargs["cu_seq_lens_q"]
@@ -87,8 +98,14 @@ def paged_invariant_attention(
             continue
         mask = _request_mask(q1 - q0, k1 - k0, sliding_window, query.device)
         out, _ = sdpa_attention_forward(
-            module, query[:, :, q0:q1], key[:, :, k0:k1], value[:, :, k0:k1], attention_mask=mask,
-            dropout=dropout, scaling=scaling, is_causal=True,
+            module,
+            query[:, :, q0:q1],
+            key[:, :, k0:k1],
+            value[:, :, k0:k1],
+            attention_mask=mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=True,
         )
         outputs.append(out)
     total_q = query.shape[2]

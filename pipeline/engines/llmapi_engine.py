@@ -30,13 +30,24 @@ def read_build(folder: Path) -> tuple[dict, dict]:
     folder = Path(folder)
     try:
         model = yaml.safe_load((folder / MODEL_FILE).read_text(encoding="utf-8")) or {}
-        options = yaml.safe_load((folder / str(model.get("options", OPTIONS_FILE))).read_text(encoding="utf-8")) or {}
+        options = (
+            yaml.safe_load((folder / str(model.get("options", OPTIONS_FILE))).read_text(encoding="utf-8"))
+            or {}
+        )
     except (OSError, yaml.YAMLError) as exc:
-        raise PipelineError(f"{folder} is not an llmapi build folder ({exc}) - rebuild it with 'lpx build' "
-                            "(build.target: llmapi)") from None
-    if not isinstance(model, dict) or not isinstance(options, dict) or not (folder / str(model.get("model", ""))).is_dir():
-        raise PipelineError(f"{folder}/{MODEL_FILE} does not name a checkpoint folder beside it - rebuild it with "
-                            "'lpx build' (build.target: llmapi)")
+        raise PipelineError(
+            f"{folder} is not an llmapi build folder ({exc}) - rebuild it with 'lpx build' "
+            "(build.target: llmapi)"
+        ) from None
+    if (
+        not isinstance(model, dict)
+        or not isinstance(options, dict)
+        or not (folder / str(model.get("model", ""))).is_dir()
+    ):
+        raise PipelineError(
+            f"{folder}/{MODEL_FILE} does not name a checkpoint folder beside it - rebuild it with "
+            "'lpx build' (build.target: llmapi)"
+        )
     return model, options
 
 
@@ -45,8 +56,11 @@ def sampling_kwargs(temperature: float, top_k: int, top_p: float) -> dict[str, A
     top_p is set) as SamplingParams fields: top_k 1 for greedy; None leaves a field unset."""
     if temperature <= 0 or top_k == 1 or (top_k <= 0 and top_p <= 0):
         return {"top_k": 1}
-    return {"temperature": float(temperature), "top_k": int(top_k) if top_k > 0 else None,
-            "top_p": float(top_p) if 0 < top_p <= 1 else None}
+    return {
+        "temperature": float(temperature),
+        "top_k": int(top_k) if top_k > 0 else None,
+        "top_p": float(top_p) if 0 < top_p <= 1 else None,
+    }
 
 
 async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any) -> None:
@@ -78,8 +92,10 @@ class LlmApiEngine:
         try:
             from tensorrt_llm import LLM, SamplingParams
         except ImportError as exc:
-            raise PipelineError(f"build.target llmapi needs TensorRT-LLM >= 1.2 in the serving environment ({exc}) - "
-                                "serve from the TensorRT-LLM container, or use build.target: torch") from None
+            raise PipelineError(
+                f"build.target llmapi needs TensorRT-LLM >= 1.2 in the serving environment ({exc}) - "
+                "serve from the TensorRT-LLM container, or use build.target: torch"
+            ) from None
         self.folder = Path(folder)
         self.meta, options = read_build(self.folder)
         self.max_input_len = int(options.get("max_input_len") or 0)
@@ -93,26 +109,44 @@ class LlmApiEngine:
         # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer
         self.llm = LLM(model=str(self.folder / self.meta["model"]), skip_tokenizer_init=True, **options)
 
-    def submit(self, input_ids: list[int], max_new_tokens: int, end_ids: list[int] | None = None,
-               temperature: float = 0.0, top_k: int = 1, top_p: float = 0.0, seed: int | None = None) -> DeltaStream:
+    def submit(
+        self,
+        input_ids: list[int],
+        max_new_tokens: int,
+        end_ids: list[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        seed: int | None = None,
+    ) -> DeltaStream:
         if self._closed.is_set():
             raise PipelineError("The llmapi engine is closed - restart the server")
         input_ids = [int(t) for t in input_ids]
         if not input_ids:
             raise PipelineError("Empty prompt: send at least one token")
         if self.max_input_len and len(input_ids) > self.max_input_len:
-            raise PipelineError(f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
-                                f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len")
+            raise PipelineError(
+                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
+                f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len"
+            )
         if max_new_tokens < 1 or (self.max_seq_len and len(input_ids) + max_new_tokens > self.max_seq_len):
-            raise PipelineError(f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
-                                f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens")
+            raise PipelineError(
+                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
+                f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens"
+            )
         if not end_ids:
-            raise PipelineError("No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
-                                "generation_config.json")
+            raise PipelineError(
+                "No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
+                "generation_config.json"
+            )
         params = self._sampling(
-            max_tokens=int(max_new_tokens), end_id=int(end_ids[0]), pad_id=int(end_ids[0]),
-            stop_token_ids=[int(e) for e in end_ids[1:]] or None, include_stop_str_in_output=True,
-            detokenize=False, seed=None if seed is None else int(seed),
+            max_tokens=int(max_new_tokens),
+            end_id=int(end_ids[0]),
+            pad_id=int(end_ids[0]),
+            stop_token_ids=[int(e) for e in end_ids[1:]] or None,
+            include_stop_str_in_output=True,
+            detokenize=False,
+            seed=None if seed is None else int(seed),
             **{k: v for k, v in sampling_kwargs(temperature, top_k, top_p).items() if v is not None},
         )
         stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
@@ -121,10 +155,12 @@ class LlmApiEngine:
 
     def cancel(self, stream: DeltaStream) -> None:
         """Abort the request (on the loop, where its result lives); its stream ends at the next read."""
+
         def abort() -> None:
             if stream.result is not None and not stream.finished:
                 stream.result.abort()
             stream.queue.put(DONE)
+
         if not self._closed.is_set():
             self._loop.call_soon_threadsafe(abort)
 

@@ -37,7 +37,7 @@ class DeltaStream:
             self.finished = True
             raise item
         generated, done = item
-        delta = generated[len(self.tokens):]
+        delta = generated[len(self.tokens) :]
         self.tokens = list(generated)
         self.finished = done
         return delta

@@ -22,8 +22,17 @@ from ..errors import PipelineError
 from .stream import DONE, DeltaStream
 
 META_FILE = "lpx_engine.json"
-META_KEYS = ("target", "format", "dtype", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
-             "tokens_per_block", "state_file")
+META_KEYS = (
+    "target",
+    "format",
+    "dtype",
+    "max_batch_size",
+    "max_input_len",
+    "max_seq_len",
+    "max_num_tokens",
+    "tokens_per_block",
+    "state_file",
+)
 
 
 def read_meta(engine_dir: Path) -> dict[str, Any]:
@@ -40,7 +49,9 @@ def read_meta(engine_dir: Path) -> dict[str, Any]:
     if missing:
         raise PipelineError(f"{path} lacks {', '.join(missing)} - {fix}")
     if meta["target"] != "torch":
-        raise PipelineError(f"{engine_dir} is a '{meta['target']}' engine, not a torch one - {fix} with build.target: torch")
+        raise PipelineError(
+            f"{engine_dir} is a '{meta['target']}' engine, not a torch one - {fix} with build.target: torch"
+        )
     if not (Path(engine_dir) / meta["state_file"]).is_file():
         raise PipelineError(f"{engine_dir} lacks {meta['state_file']} - {fix}")
     return meta
@@ -59,7 +70,9 @@ def load_model(engine_dir: Path, device: str | None = None):
     try:
         model, _ = restore_state(engine_dir, engine_dir / meta["state_file"], dtype, device or "cpu")
     except Exception as exc:  # a corrupt or foreign state file
-        raise PipelineError(f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine") from None
+        raise PipelineError(
+            f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine"
+        ) from None
     return model
 
 
@@ -78,7 +91,9 @@ def _exact_top1(manager) -> None:
             top1 = (tensor_arg[: scores.size(0)] == 1).unsqueeze(-1)
             if not bool(top1.any()):
                 return out
-            best = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, scores.argmax(-1, keepdim=True), True)
+            best = torch.zeros_like(scores, dtype=torch.bool).scatter_(
+                -1, scores.argmax(-1, keepdim=True), True
+            )
             return out.masked_fill(top1 & ~best, self.filter_value)
 
     procs = manager.logit_processor.logits_processor
@@ -88,7 +103,9 @@ def _exact_top1(manager) -> None:
             exact.__dict__.update(proc.__dict__)
             procs[i] = exact
             return
-    raise PipelineError("transformers' continuous batching has no per-request top-k here - use transformers 5.14")
+    raise PipelineError(
+        "transformers' continuous batching has no per-request top-k here - use transformers 5.14"
+    )
 
 
 RequestStream = DeltaStream  # the name callers and tests know
@@ -97,8 +114,9 @@ RequestStream = DeltaStream  # the name callers and tests know
 class TorchEngine:
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
-    def __init__(self, engine_dir: Path, device: str | None = None, seed: int = 0,
-                 batch_invariant: bool = True) -> None:
+    def __init__(
+        self, engine_dir: Path, device: str | None = None, seed: int = 0, batch_invariant: bool = True
+    ) -> None:
         """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
         scripts/bench_engine.py), else the CPU. batch_invariant: attention per request, so a request's
         tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
@@ -121,19 +139,28 @@ class TorchEngine:
         # Temperature, top-k and top-p must differ from their neutral values here so that the
         # per-request processors exist; each request then sets all three (see `sampling`).
         gen_cfg = GenerationConfig(
-            max_new_tokens=self.meta["max_seq_len"] - 1, do_sample=True, temperature=0.5, top_k=20, top_p=0.9,
-            eos_token_id=self.default_end_ids, pad_token_id=self.model.config.pad_token_id,
+            max_new_tokens=self.meta["max_seq_len"] - 1,
+            do_sample=True,
+            temperature=0.5,
+            top_k=20,
+            top_p=0.9,
+            eos_token_id=self.default_end_ids,
+            pad_token_id=self.model.config.pad_token_id,
         )
         block = int(self.meta["tokens_per_block"])
         cb_cfg = ContinuousBatchingConfig(
             block_size=block,
             num_blocks=math.ceil(self.meta["max_batch_size"] * self.meta["max_seq_len"] / block),
-            max_batch_tokens=self.meta["max_num_tokens"], max_requests_per_batch=self.meta["max_batch_size"],
-            per_request_processors=True, seed=seed,
+            max_batch_tokens=self.meta["max_num_tokens"],
+            max_requests_per_batch=self.meta["max_batch_size"],
+            per_request_processors=True,
+            seed=seed,
             # prefix sharing would make a prompt's prefill depend on what ran before it
             allow_block_sharing=not self.batch_invariant,
         )
-        self._manager = self.model.init_continuous_batching(generation_config=gen_cfg, continuous_batching_config=cb_cfg)
+        self._manager = self.model.init_continuous_batching(
+            generation_config=gen_cfg, continuous_batching_config=cb_cfg
+        )
         _exact_top1(self._manager)
         self._streams: dict[str, DeltaStream] = {}
         self._lock = threading.Lock()
@@ -154,22 +181,34 @@ class TorchEngine:
         return {"temperature": float(temperature), "top_k": top_k, "top_p": top_p}
 
     def submit(
-        self, input_ids: list[int], max_new_tokens: int, end_ids: list[int] | None = None,
-        temperature: float = 0.0, top_k: int = 1, top_p: float = 0.0, seed: int | None = None,
+        self,
+        input_ids: list[int],
+        max_new_tokens: int,
+        end_ids: list[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        seed: int | None = None,
     ) -> DeltaStream:
         """Queue one request; returns its stream of token deltas. `seed` is accepted for interface
         parity but sampling uses the engine-wide generator (transformers has no per-request seed)."""
         if self._closed.is_set() or not self._manager.is_running():
-            raise PipelineError(f"The torch engine is not running ({self._manager.fatal_error or 'closed'}) - "
-                                "restart the server; its log has the cause")
+            raise PipelineError(
+                f"The torch engine is not running ({self._manager.fatal_error or 'closed'}) - "
+                "restart the server; its log has the cause"
+            )
         input_ids = [int(t) for t in input_ids]
         limit, seq = self.meta["max_input_len"], self.meta["max_seq_len"]
         if not input_ids:
             raise PipelineError("Empty prompt: send at least one token")
         if len(input_ids) > limit:
-            raise PipelineError(f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len {limit} - shorten it or rebuild with a larger build.max_input_len")
+            raise PipelineError(
+                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len {limit} - shorten it or rebuild with a larger build.max_input_len"
+            )
         if max_new_tokens < 1 or len(input_ids) + max_new_tokens > seq:
-            raise PipelineError(f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between {len(input_ids) + 1} and max_seq_len {seq} - lower max_tokens")
+            raise PipelineError(
+                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between {len(input_ids) + 1} and max_seq_len {seq} - lower max_tokens"
+            )
         bad = [t for t in input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise PipelineError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
@@ -177,8 +216,12 @@ class TorchEngine:
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
-            input_ids=input_ids, request_id=stream.request_id, max_new_tokens=int(max_new_tokens), streaming=True,
-            eos_token_id=list(end_ids) if end_ids else self.default_end_ids, **self.sampling(temperature, top_k, top_p),
+            input_ids=input_ids,
+            request_id=stream.request_id,
+            max_new_tokens=int(max_new_tokens),
+            streaming=True,
+            eos_token_id=list(end_ids) if end_ids else self.default_end_ids,
+            **self.sampling(temperature, top_k, top_p),
         )
         return stream
 

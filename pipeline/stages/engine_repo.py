@@ -39,35 +39,74 @@ STREAMING = True  # clients may send stream=true; the contract requires decouple
 MAX_QUEUE_DELAY_MICROSECONDS = 0  # fill_template.py's implicit default
 MAX_QUEUE_SIZE = 0  # fill_template.py's implicit default
 # Structural data-type template variables (Triton enum names).
-DATA_TYPES = {"logits_datatype": "TYPE_FP32", "encoder_input_features_data_type": "TYPE_FP16",
-              "prompt_embedding_table_data_type": "TYPE_FP16"}  # FP16: the ensemble's prompt_embedding_table type
+DATA_TYPES = {
+    "logits_datatype": "TYPE_FP32",
+    "encoder_input_features_data_type": "TYPE_FP16",
+    "prompt_embedding_table_data_type": "TYPE_FP16",
+}  # FP16: the ensemble's prompt_embedding_table type
 BATCH_SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
 
 # Every `parameters` key of upstream's tensorrt_llm/config.pbtxt, per contract version.
 _COMMON_KEYS = (
-    "max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type", "gpt_model_path", "encoder_model_path",
-    "max_tokens_in_paged_kv_cache", "max_attention_window_size", "sink_token_length", "batch_scheduler_policy",
-    "kv_cache_free_gpu_mem_fraction", "cross_kv_cache_fraction", "kv_cache_host_memory_bytes",
-    "kv_cache_onboard_blocks", "exclude_input_in_output", "cancellation_check_period_ms", "stats_check_period_ms",
-    "iter_stats_max_iterations", "request_stats_max_iterations", "enable_kv_cache_reuse", "normalize_log_probs",
-    "enable_chunked_context", "gpu_device_ids", "participant_ids", "lora_cache_optimal_adapter_size",
-    "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction", "lora_cache_host_memory_bytes",
-    "decoding_mode", "executor_worker_path", "medusa_choices", "eagle_choices", "gpu_weights_percent",
-    "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode", "cuda_graph_cache_size",
+    "max_beam_width",
+    "FORCE_CPU_ONLY_INPUT_TENSORS",
+    "gpt_model_type",
+    "gpt_model_path",
+    "encoder_model_path",
+    "max_tokens_in_paged_kv_cache",
+    "max_attention_window_size",
+    "sink_token_length",
+    "batch_scheduler_policy",
+    "kv_cache_free_gpu_mem_fraction",
+    "cross_kv_cache_fraction",
+    "kv_cache_host_memory_bytes",
+    "kv_cache_onboard_blocks",
+    "exclude_input_in_output",
+    "cancellation_check_period_ms",
+    "stats_check_period_ms",
+    "iter_stats_max_iterations",
+    "request_stats_max_iterations",
+    "enable_kv_cache_reuse",
+    "normalize_log_probs",
+    "enable_chunked_context",
+    "gpu_device_ids",
+    "participant_ids",
+    "lora_cache_optimal_adapter_size",
+    "lora_cache_max_adapter_size",
+    "lora_cache_gpu_memory_fraction",
+    "lora_cache_host_memory_bytes",
+    "decoding_mode",
+    "executor_worker_path",
+    "medusa_choices",
+    "eagle_choices",
+    "gpu_weights_percent",
+    "enable_context_fmha_fp32_acc",
+    "multi_block_mode",
+    "cuda_graph_mode",
+    "cuda_graph_cache_size",
     "speculative_decoding_fast_logits",
 )
 PARAMETER_KEYS: dict[str, frozenset[str]] = {
     "v0.16.0": frozenset(_COMMON_KEYS),
-    "latest": frozenset(_COMMON_KEYS) | {"num_nodes", "lora_prefetch_dir", "lookahead_window_size",
-                                         "lookahead_ngram_size", "lookahead_verification_set_size",
-                                         "tokenizer_dir", "guided_decoding_backend",
-                                         "xgrammar_tokenizer_info_path"},
+    "latest": frozenset(_COMMON_KEYS)
+    | {
+        "num_nodes",
+        "lora_prefetch_dir",
+        "lookahead_window_size",
+        "lookahead_ngram_size",
+        "lookahead_verification_set_size",
+        "tokenizer_dir",
+        "guided_decoding_backend",
+        "xgrammar_tokenizer_info_path",
+    },
 }
 # Parameters the backend cannot run without (contract: required template variables inside parameters).
 REQUIRED_KEYS = frozenset({"gpt_model_type", "gpt_model_path"})
 # Fixed values of upstream's template (no template variable).
-FIXED = {"FORCE_CPU_ONLY_INPUT_TENSORS": "no",
-         "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"}
+FIXED = {
+    "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+    "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
+}
 # Ensemble-step input renames: LPX's ensemble keeps `seed`; v0.16.0's tensorrt_llm calls it `random_seed`.
 STEP_RENAMES = {"v0.16.0": {"seed": "random_seed"}, "latest": {}}
 
@@ -76,8 +115,10 @@ def contract_version(cfg: Config) -> str:
     try:
         return CONTRACT_VERSION[cfg.build.trtllm_version]
     except KeyError:
-        raise PipelineError(f"build.trtllm_version '{cfg.build.trtllm_version}' has no Triton backend contract - "
-                            f"use one of {', '.join(CONTRACT_VERSION)}") from None
+        raise PipelineError(
+            f"build.trtllm_version '{cfg.build.trtllm_version}' has no Triton backend contract - "
+            f"use one of {', '.join(CONTRACT_VERSION)}"
+        ) from None
 
 
 def counts_tokens(cfg: Config) -> bool:
@@ -94,10 +135,14 @@ def parameters(cfg: Config, engine_path: Path) -> dict[str, str]:
     """The tensorrt_llm model's parameters for cfg's contract version (only keys that version lists)."""
     version = contract_version(cfg)
     if BATCH_SCHEDULER_POLICY not in BATCH_SCHEDULER_POLICIES:
-        raise PipelineError(f"batch_scheduler_policy '{BATCH_SCHEDULER_POLICY}' is not one of "
-                            f"{', '.join(BATCH_SCHEDULER_POLICIES)}")
+        raise PipelineError(
+            f"batch_scheduler_policy '{BATCH_SCHEDULER_POLICY}' is not one of "
+            f"{', '.join(BATCH_SCHEDULER_POLICIES)}"
+        )
     if not 0 < KV_CACHE_FREE_GPU_MEM_FRACTION <= 1:
-        raise PipelineError(f"kv_cache_free_gpu_mem_fraction {KV_CACHE_FREE_GPU_MEM_FRACTION} must be in (0, 1]")
+        raise PipelineError(
+            f"kv_cache_free_gpu_mem_fraction {KV_CACHE_FREE_GPU_MEM_FRACTION} must be in (0, 1]"
+        )
     params = {
         **FIXED,
         "gpt_model_type": "inflight_fused_batching",
@@ -122,12 +167,19 @@ def read_engine_config(engine_dir: Path) -> dict:
     try:
         engine = json.loads((engine_dir / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(f"{engine_dir} is not a TensorRT-LLM engine folder (no readable config.json: {exc}) - "
-                            "rebuild it with 'lpx build' (build.target: engine)") from None
-    if not isinstance(engine, dict) or not isinstance(engine.get("build_config"), dict) \
-            or not list(engine_dir.glob("rank*.engine")):
-        raise PipelineError(f"{engine_dir} is not a TensorRT-LLM engine folder (needs config.json with "
-                            "build_config and rank*.engine) - rebuild it with 'lpx build' (build.target: engine)")
+        raise PipelineError(
+            f"{engine_dir} is not a TensorRT-LLM engine folder (no readable config.json: {exc}) - "
+            "rebuild it with 'lpx build' (build.target: engine)"
+        ) from None
+    if (
+        not isinstance(engine, dict)
+        or not isinstance(engine.get("build_config"), dict)
+        or not list(engine_dir.glob("rank*.engine"))
+    ):
+        raise PipelineError(
+            f"{engine_dir} is not a TensorRT-LLM engine folder (needs config.json with "
+            "build_config and rank*.engine) - rebuild it with 'lpx build' (build.target: engine)"
+        )
     return engine
 
 
@@ -135,32 +187,51 @@ def _enabled(value) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("enable", "true", "1"))
 
 
-def check_engine(engine: dict, cfg: Config, *, decoupled: bool = DECOUPLED, streaming: bool = STREAMING,
-                 chunked_context: bool = ENABLE_CHUNKED_CONTEXT, policy: str = BATCH_SCHEDULER_POLICY) -> None:
+def check_engine(
+    engine: dict,
+    cfg: Config,
+    *,
+    decoupled: bool = DECOUPLED,
+    streaming: bool = STREAMING,
+    chunked_context: bool = ENABLE_CHUNKED_CONTEXT,
+    policy: str = BATCH_SCHEDULER_POLICY,
+) -> None:
     """Cross-checks of the Triton config against the engine's config.json; raises PipelineError naming both."""
     build = engine.get("build_config", {})
     built_version = str(engine.get("version", ""))
     want = cfg.build.trtllm_version
     if built_version and built_version != want and not built_version.startswith(want + "."):
-        raise PipelineError(f"The engine was built by TensorRT-LLM {built_version} but build.trtllm_version is "
-                            f"{want} - rebuild the engine with 'lpx build' or set build.trtllm_version to match")
+        raise PipelineError(
+            f"The engine was built by TensorRT-LLM {built_version} but build.trtllm_version is "
+            f"{want} - rebuild the engine with 'lpx build' or set build.trtllm_version to match"
+        )
     engine_mbs = build.get("max_batch_size")
     if engine_mbs is None:
-        raise PipelineError("The engine's config.json has no build_config.max_batch_size - rebuild it with 'lpx build'")
+        raise PipelineError(
+            "The engine's config.json has no build_config.max_batch_size - rebuild it with 'lpx build'"
+        )
     if cfg.build.max_batch_size > int(engine_mbs):
-        raise PipelineError(f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
-                            f"engine's build_config.max_batch_size {engine_mbs} - lower build.max_batch_size to "
-                            f"{engine_mbs} or rebuild the engine with 'lpx build'")
+        raise PipelineError(
+            f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
+            f"engine's build_config.max_batch_size {engine_mbs} - lower build.max_batch_size to "
+            f"{engine_mbs} or rebuild the engine with 'lpx build'"
+        )
     paged = build.get("plugin_config", {}).get("use_paged_context_fmha")
-    for wanted, name in ((chunked_context, "enable_chunked_context true"),
-                         (policy == "max_utilization", "batch_scheduler_policy max_utilization")):
+    for wanted, name in (
+        (chunked_context, "enable_chunked_context true"),
+        (policy == "max_utilization", "batch_scheduler_policy max_utilization"),
+    ):
         if wanted and not _enabled(paged):
-            raise PipelineError(f"{name} needs an engine built with use_paged_context_fmha, but the engine's "
-                                f"plugin_config.use_paged_context_fmha is {paged!r} - rebuild with "
-                                "--use_paged_context_fmha enable, or turn it off")
+            raise PipelineError(
+                f"{name} needs an engine built with use_paged_context_fmha, but the engine's "
+                f"plugin_config.use_paged_context_fmha is {paged!r} - rebuild with "
+                "--use_paged_context_fmha enable, or turn it off"
+            )
     if streaming and not decoupled:
-        raise PipelineError(f"streaming {streaming} needs the tensorrt_llm model decoupled, but decoupled is "
-                            f"{decoupled} - set decoupled true or turn streaming off")
+        raise PipelineError(
+            f"streaming {streaming} needs the tensorrt_llm model decoupled, but decoupled is "
+            f"{decoupled} - set decoupled true or turn streaming off"
+        )
 
 
 def model_config(cfg: Config, engine_path: Path) -> mc.ModelConfig:
@@ -170,8 +241,13 @@ def model_config(cfg: Config, engine_path: Path) -> mc.ModelConfig:
     conf = mc.ModelConfig(name="tensorrt_llm", backend="tensorrtllm", max_batch_size=mbs)
     conf.model_transaction_policy.decoupled = DECOUPLED
     for spec in trtllm_specs(version, "in", DATA_TYPES):
-        tensor = conf.input.add(name=spec.name, data_type=mc.DataType.Value(spec.dtype), dims=spec.dims,
-                                optional=spec.optional, allow_ragged_batch=spec.ragged)
+        tensor = conf.input.add(
+            name=spec.name,
+            data_type=mc.DataType.Value(spec.dtype),
+            dims=spec.dims,
+            optional=spec.optional,
+            allow_ragged_batch=spec.ragged,
+        )
         if spec.reshape is not None:
             tensor.reshape.SetInParent()
             tensor.reshape.shape.extend(spec.reshape)

@@ -20,16 +20,26 @@ CUDA_ONLY = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant kernels need CUDA (calibra
 METRICS = ("kl_mean", "top1_agreement", "ppl_baseline", "ppl_quantized", "ppl_increase_pct")
 
 
-def run(cfg: Config, variant: Variant, info: CheckpointInfo, checkpoint: Path, texts: CalibrationSet,
-        report: Reporter) -> dict:
+def run(
+    cfg: Config,
+    variant: Variant,
+    info: CheckpointInfo,
+    checkpoint: Path,
+    texts: CalibrationSet,
+    report: Reporter,
+) -> dict:
     import torch
 
     if variant.quantization.format in CUDA_ONLY and device() != "cuda":
-        return {"skipped": f"format '{variant.quantization.format}' is simulated by ModelOpt on CUDA only; "
-                           "run 'lpx eval' on a GPU machine"}
+        return {
+            "skipped": f"format '{variant.quantization.format}' is simulated by ModelOpt on CUDA only; "
+            "run 'lpx eval' on a GPU machine"
+        }
     if not (checkpoint / "state" / STATE_FILE).is_file():
-        return {"skipped": "the quantize artifact has no state/ export (build.target does not need it and no "
-                           "quality_gate is set) - set a quality_gate or add 'state' to quantization.exports"}
+        return {
+            "skipped": "the quantize artifact has no state/ export (build.target does not need it and no "
+            "quality_gate is set) - set a quality_gate or add 'state' to quantization.exports"
+        }
     tokenizer = load_tokenizer(cfg)
     base = load_model(cfg, info)
     quant, _ = restore(checkpoint / "state", cfg.build.dtype)
@@ -37,8 +47,9 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, checkpoint: Path, t
     tokens = 0
     with torch.no_grad(), report.task(f"evaluating {variant.name}", total=len(texts.texts)) as advance:
         for text in texts.texts:
-            ids = tokenizer(text, return_tensors="pt", truncation=True,
-                            max_length=cfg.evaluation.seq_len)["input_ids"].to(device())
+            ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=cfg.evaluation.seq_len)[
+                "input_ids"
+            ].to(device())
             if ids.shape[1] < 2:
                 advance()
                 continue
@@ -55,9 +66,14 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, checkpoint: Path, t
         raise PipelineError("evaluation: the held-out samples are too short (fewer than 2 tokens each)", 2)
     ppl_b, ppl_q = math.exp(nll_b / tokens), math.exp(nll_q / tokens)
     return {
-        "kl_mean": kl / tokens, "top1_agreement": agree / tokens,
-        "ppl_baseline": ppl_b, "ppl_quantized": ppl_q, "ppl_increase_pct": 100.0 * (ppl_q / ppl_b - 1.0),
-        "tokens": tokens, "samples": len(texts.texts), "data": {"source": texts.source, "sha256": texts.sha256},
+        "kl_mean": kl / tokens,
+        "top1_agreement": agree / tokens,
+        "ppl_baseline": ppl_b,
+        "ppl_quantized": ppl_q,
+        "ppl_increase_pct": 100.0 * (ppl_q / ppl_b - 1.0),
+        "tokens": tokens,
+        "samples": len(texts.texts),
+        "data": {"source": texts.source, "sha256": texts.sha256},
     }
 
 
@@ -68,8 +84,21 @@ def gate_failures(results: dict, gate: QualityGate) -> list[str]:
         return [f"not evaluated ({results['skipped']})"] if configured else []
     checks = [
         ("kl_mean", gate.max_kl, lambda v, lim: v > lim, "quality_gate.max_kl"),
-        ("top1_agreement", gate.min_top1_agreement, lambda v, lim: v < lim, "quality_gate.min_top1_agreement"),
-        ("ppl_increase_pct", gate.max_ppl_increase_pct, lambda v, lim: v > lim, "quality_gate.max_ppl_increase_pct"),
+        (
+            "top1_agreement",
+            gate.min_top1_agreement,
+            lambda v, lim: v < lim,
+            "quality_gate.min_top1_agreement",
+        ),
+        (
+            "ppl_increase_pct",
+            gate.max_ppl_increase_pct,
+            lambda v, lim: v > lim,
+            "quality_gate.max_ppl_increase_pct",
+        ),
     ]
-    return [f"{name} {results[name]:.4g} (allowed: {key} {limit:g})"
-            for name, limit, bad, key in checks if limit is not None and bad(results[name], limit)]
+    return [
+        f"{name} {results[name]:.4g} (allowed: {key} {limit:g})"
+        for name, limit, bad, key in checks
+        if limit is not None and bad(results[name], limit)
+    ]

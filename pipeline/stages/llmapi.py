@@ -38,7 +38,10 @@ def cuda_graph_batch_sizes(max_batch_size: int) -> list[int]:
 def llmapi_options(cfg: Config, variant: Variant) -> dict:
     """The extra LLM-API options for one variant, from cfg.build."""
     b = cfg.build
-    kv_cache_config: dict = {"free_gpu_memory_fraction": KV_FREE_GPU_MEMORY_FRACTION, "enable_block_reuse": True}
+    kv_cache_config: dict = {
+        "free_gpu_memory_fraction": KV_FREE_GPU_MEMORY_FRACTION,
+        "enable_block_reuse": True,
+    }
     if variant.quantization.kv_cache == "fp8":
         kv_cache_config["dtype"] = "fp8"
     return {
@@ -63,17 +66,20 @@ def _check(cfg: Config, variant: Variant, checkpoint: Path) -> Path:
     if cfg.build.trtllm_version == "0.16":
         raise PipelineError(
             "build.target llmapi needs TensorRT-LLM >= 1.2 (the LLM API's PyTorch backend); "
-            "set build.trtllm_version: '1.2', or use build.target: engine for TensorRT-LLM 0.16")
+            "set build.trtllm_version: '1.2', or use build.target: engine for TensorRT-LLM 0.16"
+        )
     if variant.quantization.kv_cache == "int8":
         raise PipelineError(
             f"variant '{variant.name}': an INT8 KV cache has no ModelOpt unified HF checkpoint, which build.target "
-            "llmapi loads - use quantization.kv_cache: fp8 or none for this variant, or build.target: engine")
+            "llmapi loads - use quantization.kv_cache: fp8 or none for this variant, or build.target: engine"
+        )
     hf = Path(checkpoint) / "hf"
     if (hf / "config.json").is_file():
         return hf
     raise PipelineError(
         f"The quantize artifact {checkpoint} has no HF checkpoint (hf/config.json) - "
-        f"re-run 'lpx quantize' for variant '{variant.name}'")
+        f"re-run 'lpx quantize' for variant '{variant.name}'"
+    )
 
 
 def write_llmapi(cfg: Config, variant: Variant, checkpoint: Path, out: Path) -> dict:
@@ -82,16 +88,28 @@ def write_llmapi(cfg: Config, variant: Variant, checkpoint: Path, out: Path) -> 
     out = Path(out)
     options = llmapi_options(cfg, variant)
     # the quantize stage checked hf/config.json against the source; these options must not contradict it
-    check_llmapi_options(json.loads((hf / "config.json").read_text(encoding="utf-8")), options,
-                         f"variant '{variant.name}'")
+    check_llmapi_options(
+        json.loads((hf / "config.json").read_text(encoding="utf-8")), options, f"variant '{variant.name}'"
+    )
     files, nbytes = link_tree(hf, out / CHECKPOINT_DIR)
     (out / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False))
     q = variant.quantization
-    model = {"backend": "pytorch", "model": CHECKPOINT_DIR, "options": OPTIONS_FILE,
-             "trtllm_version": cfg.build.trtllm_version, "format": q.format, "kv_cache": q.kv_cache}
+    model = {
+        "backend": "pytorch",
+        "model": CHECKPOINT_DIR,
+        "options": OPTIONS_FILE,
+        "trtllm_version": cfg.build.trtllm_version,
+        "format": q.format,
+        "kv_cache": q.kv_cache,
+    }
     (out / MODEL_FILE).write_text(yaml.safe_dump(model, sort_keys=False))
-    return {"files": [CHECKPOINT_DIR, OPTIONS_FILE, MODEL_FILE], "checkpoint_files": files, "bytes": nbytes,
-            "options": options, "model": model}
+    return {
+        "files": [CHECKPOINT_DIR, OPTIONS_FILE, MODEL_FILE],
+        "checkpoint_files": files,
+        "bytes": nbytes,
+        "options": options,
+        "model": model,
+    }
 
 
 def serve_command(out: Path, host: str = "127.0.0.1", port: int = 8000) -> list[str]:
@@ -99,11 +117,18 @@ def serve_command(out: Path, host: str = "127.0.0.1", port: int = 8000) -> list[
     out = Path(out)
     options = yaml.safe_load((out / OPTIONS_FILE).read_text()) or {}
     return [
-        "trtllm-serve", str(out / CHECKPOINT_DIR),
-        "--backend", "pytorch",
-        "--extra_llm_api_options", str(out / OPTIONS_FILE),
-        "--host", host,
-        "--port", str(port),
-        "--tp_size", str(options.get("tensor_parallel_size", 1)),
-        "--pp_size", str(options.get("pipeline_parallel_size", 1)),
+        "trtllm-serve",
+        str(out / CHECKPOINT_DIR),
+        "--backend",
+        "pytorch",
+        "--extra_llm_api_options",
+        str(out / OPTIONS_FILE),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--tp_size",
+        str(options.get("tensor_parallel_size", 1)),
+        "--pp_size",
+        str(options.get("pipeline_parallel_size", 1)),
     ]

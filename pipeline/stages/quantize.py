@@ -32,15 +32,27 @@ from ..recipes import recipe
 
 STATE_FILE = "modelopt_state.pth"
 EXPORTS = ("hf", "state", "trtllm")
-TARGET_EXPORTS = {"engine": ("trtllm",), "llmapi": ("hf",), "torch": ("state",)}  # what each build target reads
+TARGET_EXPORTS = {
+    "engine": ("trtllm",),
+    "llmapi": ("hf",),
+    "torch": ("state",),
+}  # what each build target reads
 TOKENIZER_DIR = "tokenizer"  # always written (a few MB): the engine target's repository reads it
 SCRATCH_STATE = ".clean-copy-state"  # the state written only to restore a clean copy; removed before commit
 DISK_MARGIN = 1.05  # headroom over plan's weight bytes: file headers, scales plan does not count
-HF_EXPORT_UNSUPPORTED_KV = {"int8": "ModelOpt's unified HF export has no INT8 KV cache (FP8/NVFP4 only): "
-                                    "no hf/ folder, so target llmapi cannot use this variant"}
+HF_EXPORT_UNSUPPORTED_KV = {
+    "int8": "ModelOpt's unified HF export has no INT8 KV cache (FP8/NVFP4 only): "
+    "no hf/ folder, so target llmapi cannot use this variant"
+}
 # TensorRT-LLM decoder names for ModelOpt's TRT-LLM export, by HF architecture
-DECODERS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen",
-            "Qwen3ForCausalLM": "qwen", "Gemma2ForCausalLM": "gemma2", "Phi3ForCausalLM": "phi3"}
+DECODERS = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen",
+    "Qwen3ForCausalLM": "qwen",
+    "Gemma2ForCausalLM": "gemma2",
+    "Phi3ForCausalLM": "phi3",
+}
 
 
 def torch_dtype(name: str):
@@ -59,26 +71,42 @@ def load_model(cfg: Config, info: CheckpointInfo):
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            info.path, dtype=torch_dtype(cfg.build.dtype), trust_remote_code=cfg.model.trust_remote_code,
-            use_safetensors=not info.pickle_only,
-        ).to(device()).eval()
+        return (
+            AutoModelForCausalLM.from_pretrained(
+                info.path,
+                dtype=torch_dtype(cfg.build.dtype),
+                trust_remote_code=cfg.model.trust_remote_code,
+                use_safetensors=not info.pickle_only,
+            )
+            .to(device())
+            .eval()
+        )
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
-            raise PipelineError(f"{info.path} needs its own Python code to load; set model.trust_remote_code: true "
-                                "only if you trust its source") from None
+            raise PipelineError(
+                f"{info.path} needs its own Python code to load; set model.trust_remote_code: true "
+                "only if you trust its source"
+            ) from None
         raise
 
 
 def load_tokenizer(cfg: Config):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or cfg.model.checkpoint,
-                                         trust_remote_code=cfg.model.trust_remote_code)
+    return AutoTokenizer.from_pretrained(
+        cfg.model.tokenizer or cfg.model.checkpoint, trust_remote_code=cfg.model.trust_remote_code
+    )
 
 
-def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: CalibrationSet, out: Path,
-        report: Reporter, exports: tuple[str, ...] | None = None) -> dict:
+def run(
+    cfg: Config,
+    variant: Variant,
+    info: CheckpointInfo,
+    calset: CalibrationSet,
+    out: Path,
+    report: Reporter,
+    exports: tuple[str, ...] | None = None,
+) -> dict:
     """Quantize and write `exports` (default: all three) into `out`; see `needed_exports`."""
     import torch
 
@@ -107,13 +135,19 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
     export_check: dict = {"fixed": [], "checked": []}
     where = f"variant '{variant.name}'"
 
-    with contextlib.redirect_stdout(log), warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), \
-            disk_full_is_an_error(out):
+    with (
+        contextlib.redirect_stdout(log),
+        warnings.catch_warnings(record=True) as caught,
+        torch.inference_mode(False),
+        disk_full_is_an_error(out),
+    ):
         warnings.simplefilter("always")
         if quant_cfg is not None:
             import modelopt.torch.quantization as mtq
 
-            samples = list(batches(tokenizer, calset.texts, cfg.calibration.seq_len, cfg.calibration.batch_size))
+            samples = list(
+                batches(tokenizer, calset.texts, cfg.calibration.seq_len, cfg.calibration.batch_size)
+            )
 
             def forward_loop(m):
                 with report.task(f"calibrating {variant.name}", total=len(samples)) as advance:
@@ -141,7 +175,9 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
             export_check["checked"].append("trtllm")
         if "hf" in exports:
             if "trtllm" in exports:
-                del model  # the TRT-LLM export changed the weights: free this copy before restoring a clean one
+                del (
+                    model
+                )  # the TRT-LLM export changed the weights: free this copy before restoring a clean one
                 _release_memory()
                 t0 = time.perf_counter()
                 model, how = restore(state, cfg.build.dtype)
@@ -164,14 +200,29 @@ def run(cfg: Config, variant: Variant, info: CheckpointInfo, calset: Calibration
         log.write(f"warning: {w.category.__name__}: {w.message}\n")
     (out / "quantize.log").write_text(log.getvalue(), encoding="utf-8")
     return {
-        "format": q.format, "kv_cache": q.kv_cache, "exclude": q.exclude,
-        "recipe": quant_cfg, "device": device(),
-        "calibration": {"source": calset.source, "sha256": calset.sha256, "samples": len(calset.texts),
-                        "seq_len": cfg.calibration.seq_len, "batch_size": cfg.calibration.batch_size},
+        "format": q.format,
+        "kv_cache": q.kv_cache,
+        "exclude": q.exclude,
+        "recipe": quant_cfg,
+        "device": device(),
+        "calibration": {
+            "source": calset.source,
+            "sha256": calset.sha256,
+            "samples": len(calset.texts),
+            "seq_len": cfg.calibration.seq_len,
+            "batch_size": cfg.calibration.batch_size,
+        },
         "exports": sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != TOKENIZER_DIR),
-        "export_check": export_check, "notes": notes,
-        "disk": {**disk, "written_bytes": {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-                                           for p in out.iterdir() if p.is_dir()}},
+        "export_check": export_check,
+        "notes": notes,
+        "disk": {
+            **disk,
+            "written_bytes": {
+                p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                for p in out.iterdir()
+                if p.is_dir()
+            },
+        },
         "host_peak_rss_gib": host,
         "timings": {k: round(v, 3) for k, v in timings.items()},
         **({"gpu_memory_gib": memory} if memory else {}),
@@ -187,7 +238,9 @@ def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
-def estimate_bytes(info: CheckpointInfo, fmt: str, exports: tuple[str, ...], scratch_state: bool = False) -> dict:
+def estimate_bytes(
+    info: CheckpointInfo, fmt: str, exports: tuple[str, ...], scratch_state: bool = False
+) -> dict:
     """Bytes each export will take, from `lpx plan`'s weight sizes (the state file holds bf16 weights)."""
     from ..plan import shape_from_config, weight_bytes
 
@@ -211,8 +264,15 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_disk(info: CheckpointInfo, fmt: str, exports: tuple[str, ...], out: Path, model: str, variant: str,
-               scratch_state: bool = False) -> dict:
+def check_disk(
+    info: CheckpointInfo,
+    fmt: str,
+    exports: tuple[str, ...],
+    out: Path,
+    model: str,
+    variant: str,
+    scratch_state: bool = False,
+) -> dict:
     """Refuse before any work when the disk that holds `out` cannot take the exports."""
     need = estimate_bytes(info, fmt, exports, scratch_state)
     total, free = sum(need.values()), free_bytes(out)
@@ -221,7 +281,8 @@ def check_disk(info: CheckpointInfo, fmt: str, exports: tuple[str, ...], out: Pa
         raise PipelineError(
             f"Not enough disk for variant '{variant}' of {model}: its exports need about {total / 2**30:.2f} GiB "
             f"({parts}) but {out.parent} has {free / 2**30:.2f} GiB free - free space there, point LPX_HOME at a "
-            "larger disk, or drop entries from quantization.exports")
+            "larger disk, or drop entries from quantization.exports"
+        )
     return {"estimated_bytes": need, "free_bytes_before": free}
 
 
@@ -248,8 +309,10 @@ def _disk_full(out: Path, exc: Exception) -> PipelineError:
     except OSError:
         free = "free space unknown"
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return PipelineError(f"The disk filled while writing the quantize exports into {out} ({free}; {first}) - "
-                         "nothing was kept; free space or point LPX_HOME at a larger disk, then re-run")
+    return PipelineError(
+        f"The disk filled while writing the quantize exports into {out} ({free}; {first}) - "
+        "nothing was kept; free space or point LPX_HOME at a larger disk, then re-run"
+    )
 
 
 def gpu_memory(phase: str, into: dict) -> None:
@@ -260,8 +323,10 @@ def gpu_memory(phase: str, into: dict) -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-        into[phase] = {"allocated": round(torch.cuda.memory_allocated() / 2**30, 3),
-                       "peak": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+        into[phase] = {
+            "allocated": round(torch.cuda.memory_allocated() / 2**30, 3),
+            "peak": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+        }
 
 
 def host_memory(phase: str, into: dict) -> None:
@@ -296,14 +361,21 @@ def _save_state(model, state: Path, tok_src: Path) -> dict:
 def _export_trtllm(cfg: Config, info: CheckpointInfo, model, out: Path) -> dict:
     decoder = DECODERS.get(info.architecture)
     if decoder is None:
-        raise PipelineError(f"No TensorRT-LLM export for architecture {info.architecture}; "
-                            f"supported: {', '.join(sorted(DECODERS))}")
+        raise PipelineError(
+            f"No TensorRT-LLM export for architecture {info.architecture}; "
+            f"supported: {', '.join(sorted(DECODERS))}"
+        )
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
     t0 = time.perf_counter()
-    export_tensorrt_llm_checkpoint(model, decoder, torch_dtype(cfg.build.dtype), out / "trtllm",
-                                   inference_tensor_parallel=cfg.build.tp_size,
-                                   inference_pipeline_parallel=cfg.build.pp_size)
+    export_tensorrt_llm_checkpoint(
+        model,
+        decoder,
+        torch_dtype(cfg.build.dtype),
+        out / "trtllm",
+        inference_tensor_parallel=cfg.build.tp_size,
+        inference_pipeline_parallel=cfg.build.pp_size,
+    )
     return {"export_trtllm_s": time.perf_counter() - t0}
 
 

@@ -28,7 +28,9 @@ from ..artifacts import home
 from ..errors import PipelineError
 
 CONTAINER_BIN = Path("/opt/tritonserver/bin/tritonserver")
-INSTALL_FIX = "install it with \"pip install 'lpx[triton]'\" or run LPX inside the NGC Triton TensorRT-LLM container"
+INSTALL_FIX = (
+    "install it with \"pip install 'lpx[triton]'\" or run LPX inside the NGC Triton TensorRT-LLM container"
+)
 LOG_TAIL_LINES = 30
 
 
@@ -51,7 +53,9 @@ def find_tritonserver() -> Path:
     root = bundled_root()
     if root is not None:
         return root / "bin" / "tritonserver"
-    raise PipelineError(f"tritonserver not found (looked in PATH, {CONTAINER_BIN}, nvidia-pytriton): {INSTALL_FIX}")
+    raise PipelineError(
+        f"tritonserver not found (looked in PATH, {CONTAINER_BIN}, nvidia-pytriton): {INSTALL_FIX}"
+    )
 
 
 def _is_bundled(binary: Path) -> Path | None:
@@ -67,7 +71,9 @@ def private_backends(root: Path) -> Path:
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = root / "python_backend_stubs" / ver / "triton_python_backend_stub"
     if not stub.is_file():
-        raise PipelineError(f"nvidia-pytriton has no python backend stub for Python {ver}: use Python 3.8-3.13")
+        raise PipelineError(
+            f"nvidia-pytriton has no python backend stub for Python {ver}: use Python 3.8-3.13"
+        )
     st = stub.stat()
     key = hashlib.sha256(f"{root.resolve()}|{ver}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
     dest = home() / "triton" / f"backends-{key}"
@@ -151,32 +157,59 @@ def _kill_group(pgid: int, wait_s: float = 5.0) -> None:
         pass
 
 
-MPI_FIX = ("install Open MPI (mpirun on PATH; the NGC Triton TensorRT-LLM container ships it) "
-           "or serve an engine built with tp_size x pp_size = 1")
+MPI_FIX = (
+    "install Open MPI (mpirun on PATH; the NGC Triton TensorRT-LLM container ships it) "
+    "or serve an engine built with tp_size x pp_size = 1"
+)
 
 
 def find_mpirun() -> Path:
     found = shutil.which("mpirun")
     if not found:
-        raise PipelineError(f"mpirun not found: serving a multi-GPU engine runs one Triton rank per GPU under MPI - {MPI_FIX}")
+        raise PipelineError(
+            f"mpirun not found: serving a multi-GPU engine runs one Triton rank per GPU under MPI - {MPI_FIX}"
+        )
     return Path(found)
 
 
-def rank0_args(repo: Path, host: str, ports: dict[str, int], shm_prefix: str, exit_timeout_s: int = 10,
-               backends: Path | None = None) -> list[str]:
+def rank0_args(
+    repo: Path,
+    host: str,
+    ports: dict[str, int],
+    shm_prefix: str,
+    exit_timeout_s: int = 10,
+    backends: Path | None = None,
+) -> list[str]:
     """The serving rank (and the only one when world_size is 1): every model, HTTP/gRPC/metrics on `host`."""
-    args = [f"--model-repository={repo}", "--model-control-mode=none",
-            f"--http-address={host}", f"--http-port={ports['http']}",
-            f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
-            f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
-            f"--exit-timeout-secs={exit_timeout_s}", "--log-verbose=0",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+    args = [
+        f"--model-repository={repo}",
+        "--model-control-mode=none",
+        f"--http-address={host}",
+        f"--http-port={ports['http']}",
+        f"--grpc-address={host}",
+        f"--grpc-port={ports['grpc']}",
+        f"--metrics-address={host}",
+        f"--metrics-port={ports['metrics']}",
+        f"--exit-timeout-secs={exit_timeout_s}",
+        "--log-verbose=0",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+    ]
     return args + ([f"--backend-directory={backends}"] if backends is not None else [])
 
 
-def mpi_command(binary: Path, repo: Path, world_size: int, host: str, ports: dict[str, int], shm_prefix: str,
-                log_dir: Path, *, backends: Path | None = None, exit_timeout_s: int = 10,
-                mpirun: Path | None = None) -> list[str]:
+def mpi_command(
+    binary: Path,
+    repo: Path,
+    world_size: int,
+    host: str,
+    ports: dict[str, int],
+    shm_prefix: str,
+    log_dir: Path,
+    *,
+    backends: Path | None = None,
+    exit_timeout_s: int = 10,
+    mpirun: Path | None = None,
+) -> list[str]:
     """The command that serves `repo` with one Triton rank per GPU (plain tritonserver when world_size is 1).
 
     Leader mode of the tensorrtllm backend, as upstream's scripts/launch_triton_server.py composes it
@@ -194,7 +227,9 @@ def mpi_command(binary: Path, repo: Path, world_size: int, host: str, ports: dic
     Rank 0 logs to mpirun's stdout (the server's log file); rank N to `log_dir/triton-rank{N}.log`.
     """
     if world_size < 1:
-        raise PipelineError(f"world_size must be at least 1, not {world_size} - check build.tp_size and build.pp_size")
+        raise PipelineError(
+            f"world_size must be at least 1, not {world_size} - check build.tp_size and build.pp_size"
+        )
     common = [f"--backend-directory={backends}"] if backends is not None else []
     if world_size == 1:
         return [str(binary), *rank0_args(repo, host, ports, shm_prefix, exit_timeout_s, backends)]
@@ -207,13 +242,23 @@ def mpi_command(binary: Path, repo: Path, world_size: int, host: str, ports: dic
         if rank == 0:
             cmd += rank0_args(repo, host, ports, prefix, exit_timeout_s, backends)
         else:
-            cmd += [f"--model-repository={repo}", "--model-control-mode=explicit", "--load-model=tensorrt_llm",
-                    "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
-                    # never used while disabled; set so that no rank could ever listen on 0.0.0.0
-                    f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
-                    f"--exit-timeout-secs={exit_timeout_s}", "--log-verbose=0",
-                    f"--log-file={Path(log_dir) / f'triton-rank{rank}.log'}",
-                    f"--backend-config=python,shm-region-prefix-name={prefix}", *common]
+            cmd += [
+                f"--model-repository={repo}",
+                "--model-control-mode=explicit",
+                "--load-model=tensorrt_llm",
+                "--allow-http=false",
+                "--allow-grpc=false",
+                "--allow-metrics=false",
+                # never used while disabled; set so that no rank could ever listen on 0.0.0.0
+                f"--http-address={host}",
+                f"--grpc-address={host}",
+                f"--metrics-address={host}",
+                f"--exit-timeout-secs={exit_timeout_s}",
+                "--log-verbose=0",
+                f"--log-file={Path(log_dir) / f'triton-rank{rank}.log'}",
+                f"--backend-config=python,shm-region-prefix-name={prefix}",
+                *common,
+            ]
         cmd += ["--disable-auto-complete-config"]
         if rank < world_size - 1:
             cmd.append(":")
@@ -227,9 +272,19 @@ class TritonServer:
     (see mpi_command); rank 0 serves.
     """
 
-    def __init__(self, repo: Path, host: str = "127.0.0.1", http_port: int = 0, grpc_port: int = 0,
-                 metrics_port: int = 0, log_path: Path | None = None, ready_timeout_s: float = 180.0,
-                 extra_args: tuple[str, ...] | list[str] = (), exit_timeout_s: int = 10, world_size: int = 1):
+    def __init__(
+        self,
+        repo: Path,
+        host: str = "127.0.0.1",
+        http_port: int = 0,
+        grpc_port: int = 0,
+        metrics_port: int = 0,
+        log_path: Path | None = None,
+        ready_timeout_s: float = 180.0,
+        extra_args: tuple[str, ...] | list[str] = (),
+        exit_timeout_s: int = 10,
+        world_size: int = 1,
+    ):
         self.world_size = int(world_size)
         self.repo = Path(repo)
         self.host = host
@@ -262,8 +317,17 @@ class TritonServer:
     # -- lifecycle ------------------------------------------------------------------------------
     def command(self, binary: Path, backends: Path | None) -> list[str]:
         log_dir = self.log_path.parent if self.log_path else home() / "triton" / "logs"
-        cmd = mpi_command(binary, self.repo, self.world_size, self.host, self._ports, self.shm_prefix, log_dir,
-                          backends=backends, exit_timeout_s=self.exit_timeout_s)
+        cmd = mpi_command(
+            binary,
+            self.repo,
+            self.world_size,
+            self.host,
+            self._ports,
+            self.shm_prefix,
+            log_dir,
+            backends=backends,
+            exit_timeout_s=self.exit_timeout_s,
+        )
         if self.world_size == 1 or not self.extra_args:
             return cmd + self.extra_args
         first = cmd.index(":")  # extra arguments go to the serving rank
@@ -273,8 +337,10 @@ class TritonServer:
         """What can fail before any work: the tritonserver binary and explicitly given ports."""
         for name, port in self._requested.items():
             if port and not port_free(self.host, port):
-                raise PipelineError(f"Port {port} on {self.host} is already in use - stop what holds it "
-                                    f"or set serving.{name}_port to another port (0 picks a free one)")
+                raise PipelineError(
+                    f"Port {port} on {self.host} is already in use - stop what holds it "
+                    f"or set serving.{name}_port to another port (0 picks a free one)"
+                )
         binary = find_tritonserver()
         if self.world_size > 1:
             find_mpirun()
@@ -299,9 +365,15 @@ class TritonServer:
             self.log_path = home() / "triton" / "logs" / f"tritonserver-{self.shm_prefix.rstrip('_')}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.command(binary, backends), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                self.command(binary, backends),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         try:
             self._wait_ready()
         except BaseException:
@@ -317,8 +389,11 @@ class TritonServer:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise PipelineError(f"tritonserver exited with code {code} while loading {self.repo} - "
-                                    f"fix the error in its log ({self.log_path})", detail=log_tail(self.log_path))
+                raise PipelineError(
+                    f"tritonserver exited with code {code} while loading {self.repo} - "
+                    f"fix the error in its log ({self.log_path})",
+                    detail=log_tail(self.log_path),
+                )
             try:
                 with probe.open(url, timeout=1.0) as r:
                     if r.status == 200:
@@ -326,8 +401,11 @@ class TritonServer:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise PipelineError(f"tritonserver not ready after {self.ready_timeout_s:.0f} s - see its log "
-                                    f"({self.log_path}) or raise the ready timeout", detail=log_tail(self.log_path))
+                raise PipelineError(
+                    f"tritonserver not ready after {self.ready_timeout_s:.0f} s - see its log "
+                    f"({self.log_path}) or raise the ready timeout",
+                    detail=log_tail(self.log_path),
+                )
             time.sleep(0.2)
 
     def alive(self) -> bool:
@@ -351,8 +429,9 @@ class TritonServer:
     def __enter__(self) -> TritonServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
@@ -378,8 +457,10 @@ def serve_forever(server: TritonServer, poll_s: float = 0.5) -> None:
         while not stop.is_set():
             if not server.alive():
                 code = server.proc.returncode if server.proc is not None else None
-                raise PipelineError(f"tritonserver stopped unexpectedly (exit code {code}) - see its log "
-                                    f"({server.log_path})", detail=log_tail(server.log_path) if server.log_path else None)
+                raise PipelineError(
+                    f"tritonserver stopped unexpectedly (exit code {code}) - see its log ({server.log_path})",
+                    detail=log_tail(server.log_path) if server.log_path else None,
+                )
             stop.wait(poll_s)
     finally:
         for sig, handler in previous.items():

@@ -49,7 +49,10 @@ FLAGS: dict[str, dict[str, tuple[tuple[str, ...] | None, object]]] = {
     "latest": {
         **_COMMON,
         "--kv_cache_type": (("continuous", "paged", "disabled"), None),
-        "--gemm_plugin": (("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable"), None),
+        "--gemm_plugin": (
+            ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable"),
+            None,
+        ),
         "--tokens_per_block": (None, 32),
         "--use_paged_context_fmha": (("enable", "disable"), "enable"),
         "--use_fp8_context_fmha": (("enable", "disable"), "enable"),
@@ -73,8 +76,9 @@ def contract_version(version: str) -> str:
     try:
         return VERSION_NAMES[version]
     except KeyError:
-        raise PipelineError(f"Unknown TensorRT-LLM version '{version}' - set build.trtllm_version to 1.2 or 0.16",
-                            exit_code=2) from None
+        raise PipelineError(
+            f"Unknown TensorRT-LLM version '{version}' - set build.trtllm_version to 1.2 or 0.16", exit_code=2
+        ) from None
 
 
 def _checkpoint_world_size(checkpoint_dir: Path) -> int | None:
@@ -85,8 +89,15 @@ def _checkpoint_world_size(checkpoint_dir: Path) -> int | None:
     return int(mapping.get("world_size") or int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1)))
 
 
-def compose(cfg: Config, variant_format: str, checkpoint_dir: Path, output_dir: Path, timing_cache: Path,
-            version: str, kv_cache: str = "none") -> tuple[list[str], dict[str, str]]:
+def compose(
+    cfg: Config,
+    variant_format: str,
+    checkpoint_dir: Path,
+    output_dir: Path,
+    timing_cache: Path,
+    version: str,
+    kv_cache: str = "none",
+) -> tuple[list[str], dict[str, str]]:
     """The `trtllm-build` argv (argv[0] is 'trtllm-build') and a reason for every flag it sets.
 
     `version` is build.trtllm_version ('1.2' or '0.16'); `kv_cache` the variant's KV-cache type.
@@ -95,27 +106,49 @@ def compose(cfg: Config, variant_format: str, checkpoint_dir: Path, output_dir: 
     v = contract_version(version)
     b = cfg.build
     if variant_format not in QUANT_ALGO:
-        raise PipelineError(f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}", 2)
+        raise PipelineError(
+            f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}", 2
+        )
     algo = QUANT_ALGO[variant_format]
     if variant_format == "nvfp4" and v != "latest":
-        raise PipelineError("format 'nvfp4' needs TensorRT-LLM 1.2 (0.16 has no NVFP4 GEMM plugin) - "
-                            "set build.trtllm_version: 1.2", exit_code=2)
+        raise PipelineError(
+            "format 'nvfp4' needs TensorRT-LLM 1.2 (0.16 has no NVFP4 GEMM plugin) - "
+            "set build.trtllm_version: 1.2",
+            exit_code=2,
+        )
     if b.max_input_len > b.max_seq_len:
-        raise PipelineError(f"build.max_input_len {b.max_input_len} exceeds build.max_seq_len {b.max_seq_len} - "
-                            "trtllm-build would clip it; lower max_input_len", exit_code=2)
+        raise PipelineError(
+            f"build.max_input_len {b.max_input_len} exceeds build.max_seq_len {b.max_seq_len} - "
+            "trtllm-build would clip it; lower max_input_len",
+            exit_code=2,
+        )
     world = b.tp_size * b.pp_size
     ckpt_world = _checkpoint_world_size(checkpoint_dir)
     if ckpt_world is not None and ckpt_world != world:
-        raise PipelineError(f"checkpoint {checkpoint_dir} was exported for {ckpt_world} rank(s) but build.tp_size x "
-                            f"pp_size = {world} - re-run 'lpx quantize' after changing tp_size/pp_size", exit_code=2)
+        raise PipelineError(
+            f"checkpoint {checkpoint_dir} was exported for {ckpt_world} rank(s) but build.tp_size x "
+            f"pp_size = {world} - re-run 'lpx quantize' after changing tp_size/pp_size",
+            exit_code=2,
+        )
 
     args: list[tuple[str, object, str]] = [
         ("--checkpoint_dir", checkpoint_dir, "the TensorRT-LLM checkpoint exported by 'lpx quantize'"),
-        ("--output_dir", output_dir, "the artifact store's temporary folder, renamed into place when complete"),
-        ("--max_batch_size", b.max_batch_size, "build.max_batch_size (upstream default 2048 over-sizes buffers)"),
+        (
+            "--output_dir",
+            output_dir,
+            "the artifact store's temporary folder, renamed into place when complete",
+        ),
+        (
+            "--max_batch_size",
+            b.max_batch_size,
+            "build.max_batch_size (upstream default 2048 over-sizes buffers)",
+        ),
         ("--max_input_len", b.max_input_len, "build.max_input_len"),
-        ("--max_seq_len", b.max_seq_len,
-         "build.max_seq_len (unset, trtllm-build sizes the KV cache for max_position_embeddings)"),
+        (
+            "--max_seq_len",
+            b.max_seq_len,
+            "build.max_seq_len (unset, trtllm-build sizes the KV cache for max_position_embeddings)",
+        ),
         ("--max_num_tokens", b.max_num_tokens, "build.max_num_tokens: tokens per in-flight batch step"),
     ]
     if v == "latest":
@@ -135,17 +168,30 @@ def compose(cfg: Config, variant_format: str, checkpoint_dir: Path, output_dir: 
         why = "TensorRT FP8 GEMMs for the quantized layers" if variant_format == "fp8" else "plugin GEMMs"
         args.append(("--gemm_plugin", "auto", f"GEMM plugin in the checkpoint dtype ({why})"))
     if kv_cache == "int8":
-        args.append(("--use_paged_context_fmha", "disable",
-                     "INT8 KV cache: TensorRT-LLM refuses paged context FMHA (no chunked context / KV reuse)"))
+        args.append(
+            (
+                "--use_paged_context_fmha",
+                "disable",
+                "INT8 KV cache: TensorRT-LLM refuses paged context FMHA (no chunked context / KV reuse)",
+            )
+        )
     elif kv_cache == "fp8" and algo != "FP8":
-        args.append(("--use_paged_context_fmha", "disable", f"FP8 KV cache with format '{variant_format}': "
-                     "TensorRT-LLM allows paged context FMHA only with FP8 weights (no chunked context / KV reuse)"))
+        args.append(
+            (
+                "--use_paged_context_fmha",
+                "disable",
+                f"FP8 KV cache with format '{variant_format}': "
+                "TensorRT-LLM allows paged context FMHA only with FP8 weights (no chunked context / KV reuse)",
+            )
+        )
     else:
         args.append(("--use_paged_context_fmha", "enable", "needed for chunked context and KV-cache reuse"))
     if algo in FP8_CONTEXT_FMHA_ALGOS:
         args.append(("--use_fp8_context_fmha", "enable", f"{algo} checkpoint: FP8 context attention (sm89+)"))
     else:
-        args.append(("--use_fp8_context_fmha", "disable", f"format '{variant_format}' has no FP8 context FMHA"))
+        args.append(
+            ("--use_fp8_context_fmha", "disable", f"format '{variant_format}' has no FP8 context FMHA")
+        )
     args += [
         ("--multiple_profiles", "enable", "several TensorRT profiles: faster across batch sizes"),
         ("--tokens_per_block", TOKENS_PER_BLOCK, "KV block size shared with the torch target"),
@@ -166,7 +212,9 @@ def compose(cfg: Config, variant_format: str, checkpoint_dir: Path, output_dir: 
 
 def _check(v: str, table: dict, flag: str, value: object) -> None:
     if flag not in table:
-        raise PipelineError(f"trtllm-build {v} has no flag {flag} - set build.trtllm_version to a line that has it")
+        raise PipelineError(
+            f"trtllm-build {v} has no flag {flag} - set build.trtllm_version to a line that has it"
+        )
     choices, _default = table[flag]
     if choices is not None and str(value) not in choices:
         raise PipelineError(f"trtllm-build {v}: {flag} {value} is not one of {', '.join(choices)}")
@@ -181,12 +229,17 @@ def find_binary(binary: str | None = None) -> list[str]:
         cmd = shlex.split(spec)
         if cmd and (shutil.which(cmd[0]) or Path(cmd[0]).is_file()):
             return cmd
-        raise PipelineError(f"{BINARY_ENV}={spec!r} does not name a program - point it at trtllm-build "
-                            "or unset it", exit_code=2)
+        raise PipelineError(
+            f"{BINARY_ENV}={spec!r} does not name a program - point it at trtllm-build or unset it",
+            exit_code=2,
+        )
     found = shutil.which("trtllm-build")
     if not found:
-        raise PipelineError("trtllm-build is not on PATH - run inside the TensorRT-LLM 1.2 container, set "
-                            f"{BINARY_ENV}=/path/to/trtllm-build, or use build.target: torch", exit_code=2)
+        raise PipelineError(
+            "trtllm-build is not on PATH - run inside the TensorRT-LLM 1.2 container, set "
+            f"{BINARY_ENV}=/path/to/trtllm-build, or use build.target: torch",
+            exit_code=2,
+        )
     return [found]
 
 
@@ -216,8 +269,13 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         pass
 
 
-def run_build(argv: list[str], log_path: Path, timeout_s: float, binary: str | None = None,
-              progress: Callable[[str], None] | None = None) -> float:
+def run_build(
+    argv: list[str],
+    log_path: Path,
+    timeout_s: float,
+    binary: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> float:
     """Run trtllm-build (argv[0] is replaced by the resolved binary), stream its output to log_path
     and to progress(line), and return the elapsed seconds. Raises PipelineError, with the log tail
     in `detail`, on a non-zero exit or a timeout; the child's process group is killed on timeout
@@ -230,10 +288,20 @@ def run_build(argv: list[str], log_path: Path, timeout_s: float, binary: str | N
         log.write("$ " + shlex.join(cmd) + "\n")
         log.flush()
         try:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", bufsize=1, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,
+            )
         except OSError as exc:
-            raise PipelineError(f"cannot start {cmd[0]}: {exc} - check {BINARY_ENV} or PATH", exit_code=2) from None
+            raise PipelineError(
+                f"cannot start {cmd[0]}: {exc} - check {BINARY_ENV} or PATH", exit_code=2
+            ) from None
 
         def pump() -> None:  # keeps draining the pipe even if progress() fails, so the child never blocks
             assert proc.stdout is not None
@@ -254,9 +322,11 @@ def run_build(argv: list[str], log_path: Path, timeout_s: float, binary: str | N
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             reader.join(timeout=5)
-            raise PipelineError(f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
-                                f"raise the build timeout or lower the build limits; log: {log_path}",
-                                detail=_tail(log_path)) from None
+            raise PipelineError(
+                f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
+                f"raise the build timeout or lower the build limits; log: {log_path}",
+                detail=_tail(log_path),
+            ) from None
         except BaseException:  # KeyboardInterrupt and friends: never leave a build running
             _kill_group(proc)
             reader.join(timeout=5)
@@ -264,12 +334,17 @@ def run_build(argv: list[str], log_path: Path, timeout_s: float, binary: str | N
         reader.join(timeout=30)
     elapsed = time.monotonic() - start
     if rc < 0:  # killed from outside, most often by the kernel's OOM killer
-        raise PipelineError(f"trtllm-build was killed by {signal.Signals(-rc).name} (exit code {rc}) - if the machine "
-                            f"ran out of memory, lower build.max_batch_size/max_num_tokens or use fewer workers; log: "
-                            f"{log_path}", detail=_tail(log_path))
+        raise PipelineError(
+            f"trtllm-build was killed by {signal.Signals(-rc).name} (exit code {rc}) - if the machine "
+            f"ran out of memory, lower build.max_batch_size/max_num_tokens or use fewer workers; log: "
+            f"{log_path}",
+            detail=_tail(log_path),
+        )
     if rc != 0:
-        raise PipelineError(f"trtllm-build failed (exit code {rc}) - see the log tail below or {log_path}",
-                            detail=_tail(log_path))
+        raise PipelineError(
+            f"trtllm-build failed (exit code {rc}) - see the log tail below or {log_path}",
+            detail=_tail(log_path),
+        )
     return elapsed
 
 
@@ -278,8 +353,12 @@ def _nvidia_smi() -> dict[str, str | None]:
     if not shutil.which("nvidia-smi"):
         return out
     try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return out
     first = res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""

@@ -40,11 +40,19 @@ class SamplingParams:
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - SAMPLING_FIELDS
         if unknown:
-            raise TypeError(f"SamplingParams got unexpected keyword(s) {sorted(unknown)} (not in the contract)")
+            raise TypeError(
+                f"SamplingParams got unexpected keyword(s) {sorted(unknown)} (not in the contract)"
+            )
         self.fields = {"max_tokens": 32, "detokenize": True, "include_stop_str_in_output": False, **kwargs}
         top_k, top_p, temperature = kwargs.get("top_k"), kwargs.get("top_p"), kwargs.get("temperature")
-        if top_k is not None and top_k < 0 or top_p is not None and not 0 <= top_p <= 1 \
-                or temperature is not None and temperature < 0:
+        if (
+            top_k is not None
+            and top_k < 0
+            or top_p is not None
+            and not 0 <= top_p <= 1
+            or temperature is not None
+            and temperature < 0
+        ):
             raise ValueError(f"invalid sampling values top_k={top_k} top_p={top_p} temperature={temperature}")
 
     def __getattr__(self, name: str) -> Any:
@@ -101,8 +109,10 @@ class LLM:
 
         unknown = set(kwargs) - INIT_PARAMS - OPTION_NAMES
         if unknown:
-            raise ValueError(f"LLM got invalid argument(s): {sorted(unknown)} (neither an LLM parameter nor an "
-                             "LLM-API option in the contract)")
+            raise ValueError(
+                f"LLM got invalid argument(s): {sorted(unknown)} (neither an LLM parameter nor an "
+                "LLM-API option in the contract)"
+            )
         if kwargs.get("tensor_parallel_size", 1) != 1 or kwargs.get("pipeline_parallel_size", 1) != 1:
             raise RuntimeError("the stand-in runs on one device: tensor/pipeline parallel size must be 1")
         CALLS.append(("LLM", {"model": model, **kwargs}))
@@ -116,7 +126,9 @@ class LLM:
     def generate_async(self, inputs: Any, **kwargs: Any) -> RequestOutput:
         unknown = set(kwargs) - GENERATE_PARAMS
         if unknown:
-            raise TypeError(f"generate_async got unexpected keyword(s) {sorted(unknown)} (not in the contract)")
+            raise TypeError(
+                f"generate_async got unexpected keyword(s) {sorted(unknown)} (not in the contract)"
+            )
         if self._shut:
             raise RuntimeError("LLM is shutting down")
         asyncio.get_running_loop()  # the real one needs a running loop here to stream (AsyncQueue)
@@ -126,21 +138,32 @@ class LLM:
         if not isinstance(params, SamplingParams):
             raise TypeError("sampling_params must be a SamplingParams")
         if params.end_id is None and self.skip_tokenizer_init:
-            raise ValueError("end_id must be set when skip_tokenizer_init is true (no tokenizer to take it from)")
+            raise ValueError(
+                "end_id must be set when skip_tokenizer_init is true (no tokenizer to take it from)"
+            )
         if params.stop or params.bad:
             raise RuntimeError("stop/bad strings need the tokenizer: use stop_token_ids")
-        CALLS.append(("generate_async", {"inputs": inputs, "streaming": kwargs.get("streaming", False),
-                                         **params.fields}))
+        CALLS.append(
+            (
+                "generate_async",
+                {"inputs": inputs, "streaming": kwargs.get("streaming", False), **params.fields},
+            )
+        )
         result = RequestOutput(list(inputs))
         loop = asyncio.get_running_loop()
         put = lambda item: loop.call_soon_threadsafe(result._queue.put_nowait, item)  # noqa: E731
-        worker = threading.Thread(target=self._generate, args=(list(inputs), params, result, put,
-                                                               bool(kwargs.get("streaming"))), daemon=True)
+        worker = threading.Thread(
+            target=self._generate,
+            args=(list(inputs), params, result, put, bool(kwargs.get("streaming"))),
+            daemon=True,
+        )
         worker.start()
         self._running = [(t, r) for t, r in self._running if t.is_alive()] + [(worker, result)]
         return result
 
-    def _generate(self, ids: list[int], params: SamplingParams, result: RequestOutput, put, streaming: bool) -> None:
+    def _generate(
+        self, ids: list[int], params: SamplingParams, result: RequestOutput, put, streaming: bool
+    ) -> None:
         import torch
 
         try:
