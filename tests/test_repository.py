@@ -91,7 +91,10 @@ def test_layout_and_summary(repo, engine_dir: Path, cfg) -> None:
     assert summary["files"] == len(files)
     for model in ("preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls"):
         code = (dest / model / "1" / "model.py").read_text()
-        assert code.startswith('import locale; locale.setlocale(locale.LC_ALL, "C.UTF-8")')
+        first = [line for line in code.splitlines() if line.strip()][:2]
+        assert first == ["import locale", 'locale.setlocale(locale.LC_ALL, "C.UTF-8")'], (
+            first
+        )  # before any import
     assert (dest / "ensemble" / "1").is_dir()
     for model in ("preprocessing", "postprocessing"):
         assert (dest / model / "1" / "tokenizer" / "tokenizer.json").is_file()
