@@ -1,5 +1,5 @@
 """Every Triton tensor LPX's models declare, in one table: names, types and dims follow upstream's
-TensorRT-LLM backend (shared/contracts/tensorrtllm_backend_models.json, `latest`), for the request
+TensorRT-LLM backend (tests/contracts/tensorrtllm_backend_models.json, `latest`), for the request
 tensors LPX supports. The repository stage writes configs from it; the client types requests by it."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ placeholder can be left unfilled):
     tensorrt_llm_bls/ config.pbtxt, 1/model.py - LPX's BLS model: the ensemble's request tensors, calling
                      preprocessing, tensorrt_llm (streamed) and postprocessing itself
 
-Tensor names, types and dims follow upstream's TensorRT-LLM backend (shared/contracts), for the
+Tensor names, types and dims follow upstream's TensorRT-LLM backend (tests/contracts/tensorrtllm_backend_models.json), for the
 request tensors LPX supports, so clients written for upstream work unchanged. Paths in model
 parameters are relative to the model's folder: the repository can be moved or mounted anywhere
 (except the engine target's gpt_model_path, which is absolute: see engine_repo.py).
