@@ -2,7 +2,7 @@
 
 Works with the NGC container's /opt/tritonserver and with the server bundled in the
 `nvidia-pytriton` wheel; the latter needs a private backends folder with the stub that matches
-this Python, the venv first on PATH and the matching libpython on LD_LIBRARY_PATH (docs/torch-engine.md; the stub's pitfalls are listed in this module).
+this Python, the venv first on PATH and the matching libpython on LD_LIBRARY_PATH; this module sets all three.
 """
 
 from __future__ import annotations
