@@ -370,7 +370,14 @@ def main() -> None:
         kv = kv_for.get(fmt, "none")
         bare(warm_ckpt, fmt, kv, cal[:4], work / f"warm-{fmt}", ("trtllm",))
         shutil.rmtree(work / f"warm-{fmt}", ignore_errors=True)
-    rows = []
+    rows: list[dict] = []
+
+    def dump(done: list[dict]) -> None:
+        """After every run: a benchmark cut short keeps what it measured."""
+        if args.out:
+            head = {"device": device, "shape": args.shape, "target": args.target, "extra_exports": extra}
+            args.out.write_text(json.dumps({**head, "checkpoint_write_s": write_s, "rows": done}, indent=2))
+
     for fmt in args.formats.split(","):
         kv = kv_for.get(fmt, "none")
         cfg = lpx_config(ckpt, fmt, kv, len(cal), args.target, extra)
@@ -379,6 +386,10 @@ def main() -> None:
         if not args.skip_bare:
             b = bare(ckpt, fmt, kv, cal, work / f"bare-{fmt}", exports)
             shutil.rmtree(work / f"bare-{fmt}", ignore_errors=True)  # bare's outputs go before LPX's run
+            print(
+                f"{fmt:9} bare done: {b['load_s'] + b.get('calibrate_s', 0) + b['export_s']:.2f}s", flush=True
+            )
+            dump(rows + [{"format": fmt, "kv_cache": kv, "target": args.target, "bare": b, "lpx": None}])
         s = lpx_stage(ckpt, fmt, kv, len(cal), work / "home", args.target, extra)
         bare_total = None if b is None else b["load_s"] + b.get("calibrate_s", 0) + b["export_s"]
         row = {
@@ -423,20 +434,7 @@ def main() -> None:
                     + ", ".join(f"{k} {v['allocated']:.2f}/{v['peak']:.2f}" for k, v in m.items()),
                     flush=True,
                 )
-        if args.out:  # after every format: a run cut short keeps what it measured
-            args.out.write_text(
-                json.dumps(
-                    {
-                        "device": device,
-                        "shape": args.shape,
-                        "target": args.target,
-                        "extra_exports": extra,
-                        "checkpoint_write_s": write_s,
-                        "rows": rows,
-                    },
-                    indent=2,
-                )
-            )
+        dump(rows)
     shutil.rmtree(work, ignore_errors=True)
 
 
