@@ -60,13 +60,12 @@ ENGINE_NAMES = {
 }
 
 # Inputs that change what is computed; a target honours the ones in Limits.supported, and any other
-# is accepted only at its default (absent, empty, or the value below).
+# is accepted only at its default (absent, empty, or the value below). The beam-search knobs
+# (length_penalty, early_stopping, beam_search_diversity_rate) are not here: with beam_width 1 they
+# change nothing, and TensorRT-LLM accepts them then too.
 FEATURE_DEFAULTS: dict[str, Any] = {
     "beam_width": 1,
     "num_return_sequences": 1,
-    "length_penalty": 1.0,
-    "early_stopping": 1,
-    "beam_search_diversity_rate": 0.0,
     "runtime_top_p_min": None,
     "runtime_top_p_decay": None,
     "runtime_top_p_reset_ids": None,
