@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PipelineError
-from .tensors import triton_dtype
+from .runtime.tensors import triton_dtype
 
 START_HINT = "is the server running? start it with 'lpx serve'"
 NP_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_, "BYTES": np.object_}

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from . import toolchain
 from .artifacts import Artifact, Store, diff_inputs, file_fingerprint, make_key
-from .calibration import load_texts
-from .checkpoint import inspect_checkpoint
 from .config import STAGES, Config, Variant
 from .errors import PipelineError
+from .inspection.checkpoint import inspect_checkpoint
 from .progress import Reporter, quiet_libraries
-from .recipes import check_archs, check_shapes, check_trtllm
+from .stages.quantize.calibration import load_texts
+from .stages.quantize.recipes import check_archs, check_shapes, check_trtllm
 
 ANY_ARCH = "any"  # the torch target runs on any device
 
@@ -124,11 +124,11 @@ class Runner:
                 f"{info.max_positions} - lower build.max_seq_len",
                 exit_code=2,
             )
-        from .export_check import check_sliding_window
+        from .stages.quantize.export_check import check_sliding_window
 
         check_sliding_window(info.config, b.max_seq_len, where)
         for gpu in self.target_gpus():
-            from .plan import check_fit
+            from .inspection.plan import check_fit
 
             kv = {"none": "bf16"}.get(variant.quantization.kv_cache, variant.quantization.kv_cache)
             check_fit(
@@ -137,7 +137,7 @@ class Runner:
 
     def target_gpus(self) -> list:
         """GPUs to check memory against: build.gpu, else the GPU present when its arch is a build target."""
-        from .gpus import lookup_gpu
+        from .facts.gpu import lookup_gpu
 
         if self._gpus is None:
             self._gpus = []
@@ -147,7 +147,7 @@ class Runner:
                 except PipelineError as exc:
                     raise PipelineError(f"build.gpu: {exc.message}", exit_code=2) from None
             elif self.cfg.build.target == "engine":
-                from .selection import detect_gpu
+                from .stages.serve.selection import detect_gpu
 
                 present = detect_gpu()
                 if present and present.sm in self.cfg.build.archs:

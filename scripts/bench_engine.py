@@ -124,8 +124,8 @@ def main() -> None:
     from pipeline.bench import report, roofline
     from pipeline.bench.command import parse_levels
     from pipeline.bench.metrics import summarize
-    from pipeline.engines.torch_engine import TorchEngine
     from pipeline.progress import quiet_libraries
+    from pipeline.runtime.engines.torch_engine import TorchEngine
 
     quiet_libraries()
     levels = parse_levels(args.concurrency)

@@ -87,7 +87,7 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
     """Greedy tokens from `model.generate` on the same restored model, cut after the first EOS."""
     import torch
 
-    from pipeline.engines.torch_engine import load_model
+    from pipeline.runtime.engines.torch_engine import load_model
 
     model = load_model(engine_dir)
     with torch.no_grad():
@@ -105,7 +105,7 @@ def running_server(repo: Path, root: Path, **env: str):
     """Generator for a module fixture: tritonserver on `repo` (skip without a tritonserver), with
     LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after."""
     from pipeline.errors import PipelineError
-    from pipeline.stages.serve import TritonServer, find_tritonserver
+    from pipeline.stages.serve.tritonserver import TritonServer, find_tritonserver
 
     try:
         find_tritonserver()

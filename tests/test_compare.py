@@ -13,7 +13,7 @@ from pipeline.bench import report, roofline
 from pipeline.bench.command import roofline_inputs
 from pipeline.bench.compare import compare, compare_command, parse_variant
 from pipeline.errors import PipelineError
-from pipeline.gpus import lookup_gpu
+from pipeline.facts.gpu import lookup_gpu
 
 
 def stats(p50: float, p99: float) -> dict[str, float]:

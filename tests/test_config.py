@@ -103,7 +103,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yam
 def test_every_example_config_validates(path: Path) -> None:
     """Each examples/*.yaml is an lpx.yaml that `lpx config validate` accepts, and its build matrix
     (variant x arch cells, with their capability checks) can be laid out."""
-    from pipeline.matrix import build_matrix
+    from pipeline.inspection.matrix import build_matrix
 
     cfg = load_config(path)
     assert cfg.variants and build_matrix(cfg)

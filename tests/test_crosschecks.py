@@ -12,7 +12,7 @@ from pipeline.config import parse_config
 from pipeline.errors import PipelineError
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
-from pipeline.selection import Gpu, select
+from pipeline.stages.serve.selection import Gpu, select
 
 LLAMA_70B = {
     "architectures": ["LlamaForCausalLM"],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipeline.doctor import SMI_APPS, SMI_QUERY, GpuInfo, GpuState, Probe, diagnose, doctor_command
 from pipeline.errors import PipelineError
+from pipeline.inspection.doctor import SMI_APPS, SMI_QUERY, GpuInfo, GpuState, Probe, diagnose, doctor_command
 
 DATA = Path(__file__).parent / "data"
 PYTRITON = Path("/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver")
@@ -127,7 +127,7 @@ def test_missing_tritonserver_and_low_disk():
 
 
 def test_cli_exits_1_without_traceback(monkeypatch):
-    import pipeline.doctor as doctor
+    import pipeline.inspection.doctor as doctor
 
     monkeypatch.setattr(doctor, "Probe", lambda: make_probe())
     result = CliRunner().invoke(doctor_command, ["--json"])

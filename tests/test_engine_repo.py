@@ -14,8 +14,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
-from pipeline.stages import engine_repo
 from pipeline.stages import repository as repo_stage
+from pipeline.stages.repository import engine_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = json.loads((ROOT / "tests/contracts/tensorrtllm_backend_models.json").read_text())

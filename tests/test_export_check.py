@@ -13,9 +13,9 @@ from rich.console import Console
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
-from pipeline.export_check import check_trtllm, read_rope, source_fields
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
+from pipeline.stages.quantize.export_check import check_trtllm, read_rope, source_fields
 
 LLAMA31_ROPE = {
     "factor": 8.0,
@@ -234,7 +234,7 @@ def test_a_sliding_window_shorter_than_max_seq_len_is_refused_before_work(tmp_pa
 
 
 def test_llmapi_options_must_not_contradict_the_checkpoint():
-    from pipeline.export_check import check_llmapi_options
+    from pipeline.stages.quantize.export_check import check_llmapi_options
 
     src = {
         "num_attention_heads": 4,

@@ -86,8 +86,8 @@ def test_exports_are_validated():
 
 
 def test_estimate_follows_plan_weight_sizes(tiny_checkpoint):
-    from pipeline.checkpoint import inspect_checkpoint
-    from pipeline.plan import shape_from_config, weight_bytes
+    from pipeline.inspection.checkpoint import inspect_checkpoint
+    from pipeline.inspection.plan import shape_from_config, weight_bytes
 
     info = inspect_checkpoint(tiny_checkpoint)
     shape = shape_from_config(info.config, "t")

@@ -12,7 +12,7 @@ import yaml
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
-from pipeline.stages.llmapi import serve_command, write_llmapi
+from pipeline.stages.build.llmapi import serve_command, write_llmapi
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "trtllm_llmapi_options.json").read_text())
 OPTIONS = CONTRACT["options"]

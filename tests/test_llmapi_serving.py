@@ -125,7 +125,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     import tensorrt_llm
     import yaml
 
-    from pipeline.engines.llmapi_engine import LlmApiEngine
+    from pipeline.runtime.engines.llmapi_engine import LlmApiEngine
 
     assert tensorrt_llm.__version__.endswith("standin")
     _, engine_dir, _, _ = built
@@ -159,7 +159,7 @@ def server(built):
 def reference(built) -> dict[str, list[int]]:
     """transformers' greedy ids on the llmapi build's own checkpoint (the unified HF export), stopping at
     every end-of-sequence id of its generation_config.json."""
-    from pipeline.engine_model import eos_ids
+    from pipeline.runtime.engine_model import eos_ids
 
     hf = built[1] / "checkpoint"
     return {p: greedy(hf, p, eos_ids(hf)) for p in PROMPTS}
@@ -177,7 +177,7 @@ def expected(built, reference) -> dict[str, str]:
 def test_every_end_of_sequence_id_stops_the_answer(server, built, checkpoint, reference, expected) -> None:
     """generation_config.json lists two EOS ids; the second one ends PROMPTS[0]'s answer mid-way."""
     from pipeline.client import generate_stream
-    from pipeline.engine_model import eos_ids
+    from pipeline.runtime.engine_model import eos_ids
 
     extra = checkpoint[1]
     assert eos_ids(built[1] / "checkpoint")[1:] == [extra], "the export kept both end-of-sequence ids"

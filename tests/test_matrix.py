@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.config import load_config
 from pipeline.errors import PipelineError
-from pipeline.matrix import build_matrix, excluded_cells, matrix_command, write_cell_config
+from pipeline.inspection.matrix import build_matrix, excluded_cells, matrix_command, write_cell_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = [ROOT / "scripts" / "ci" / f"{s}.sh" for s in ("quantize", "build", "package")]

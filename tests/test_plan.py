@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.errors import PipelineError
-from pipeline.gpus import GPUS, find_gpu, lookup_gpu
-from pipeline.plan import PRESETS, kv_bytes_per_token, load_shape, plan, plan_command, weight_bytes
+from pipeline.facts.gpu import GPUS, find_gpu, lookup_gpu
+from pipeline.inspection.plan import PRESETS, kv_bytes_per_token, load_shape, plan, plan_command, weight_bytes
 
 LLAMA8B = PRESETS["llama-3.1-8b"]
 

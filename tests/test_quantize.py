@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pipeline.calibration import load_texts
 from pipeline.config import Calibration, parse_config
 from pipeline.errors import PipelineError
 from pipeline.progress import Reporter
-from pipeline.recipes import KV_ALGO, QUANT_ALGO, TRTLLM_SUPPORTS
 from pipeline.runner import Runner
+from pipeline.stages.quantize.calibration import load_texts
+from pipeline.stages.quantize.recipes import KV_ALGO, QUANT_ALGO, TRTLLM_SUPPORTS
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "trtllm_checkpoint.json").read_text())
 ALL = ["trtllm", "hf"]  # beside the torch target's state/: every export, for the contract checks

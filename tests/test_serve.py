@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import client
 from pipeline.errors import PipelineError
-from pipeline.stages import serve
+from pipeline.stages.serve import tritonserver as serve
 
 TOY_CONFIG = """
 name: "ensemble"
@@ -202,7 +202,7 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     code = (
         "import sys, time; from pathlib import Path\n"
         "from pipeline.bench.toy import write_toy_repo\n"
-        "from pipeline.stages.serve import TritonServer\n"
+        "from pipeline.stages.serve.tritonserver import TritonServer\n"
         "s = TritonServer(write_toy_repo(Path(sys.argv[1]), 10, 5)).start()\n"
         "print(s.proc.pid, flush=True); time.sleep(600)\n"
     )

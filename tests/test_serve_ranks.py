@@ -9,8 +9,8 @@ import pytest
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.errors import PipelineError
-from pipeline.serving import world_size
-from pipeline.stages import serve
+from pipeline.stages.serve import tritonserver as serve
+from pipeline.stages.serve import world_size
 
 BIN = Path("/opt/tritonserver/bin/tritonserver")
 REPO = Path("/models/repo")

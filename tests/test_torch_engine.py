@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers_engine import reference_greedy
 
-from pipeline.engines.torch_engine import TorchEngine, read_meta
 from pipeline.errors import PipelineError
+from pipeline.runtime.engines.torch_engine import TorchEngine, read_meta
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories"]

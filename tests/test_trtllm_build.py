@@ -14,8 +14,8 @@ from helpers_trtllm import DEMO_LIMITS, STANDIN, run_standin, write_checkpoint
 
 from pipeline.config import parse_config
 from pipeline.errors import PipelineError
-from pipeline.recipes import QUANT_ALGO
-from pipeline.stages import trtllm_build as tb
+from pipeline.stages.build import trtllm_build as tb
+from pipeline.stages.quantize.recipes import QUANT_ALGO
 
 HERE = Path(__file__).resolve().parent
 CONTRACT = json.loads((HERE / "contracts" / "trtllm_build_flags.json").read_text())

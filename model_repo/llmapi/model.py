@@ -16,8 +16,8 @@ exclude_input_in_output (default for the request input of that name).
 
 from transformers import AutoTokenizer
 
-from pipeline.engine_model import GenerationModel, eos_ids
-from pipeline.engines.llmapi_engine import LlmApiEngine
+from pipeline.runtime.engine_model import GenerationModel, eos_ids
+from pipeline.runtime.engines.llmapi_engine import LlmApiEngine
 
 
 class TritonPythonModel(GenerationModel):

@@ -24,7 +24,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.model_args import model_params
+from pipeline.runtime.model_args import model_params
 
 
 class AnchoredDecoder:

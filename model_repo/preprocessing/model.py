@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.model_args import eos_ids_in, model_params
+from pipeline.runtime.model_args import eos_ids_in, model_params
 
 
 def optional(request, name: str):

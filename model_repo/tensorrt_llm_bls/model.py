@@ -22,7 +22,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.model_args import model_params
+from pipeline.runtime.model_args import model_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # request tensor -> preprocessing input

@@ -15,8 +15,8 @@ attention per request, see pipeline/engines/batch_invariant.py).
 
 from transformers import AutoTokenizer
 
-from pipeline.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
-from pipeline.engines.torch_engine import TorchEngine
+from pipeline.runtime.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
+from pipeline.runtime.engines.torch_engine import TorchEngine
 
 
 class TritonPythonModel(GenerationModel):

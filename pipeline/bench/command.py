@@ -164,8 +164,8 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
     from ..cli import _config
     from ..progress import Reporter
     from ..runner import Runner
-    from ..selection import choose
-    from ..serving import _server
+    from ..stages.serve import _server
+    from ..stages.serve.selection import choose
 
     report = Reporter()
     cfg = _config(config_path, report)
@@ -369,7 +369,7 @@ def bench_command(
             raise PipelineError(
                 "--dataset gives text prompts: use it with --model ensemble or tensorrt_llm_bls", 2
             )
-        from ..calibration import read_texts
+        from ..stages.quantize.calibration import read_texts
 
         prompts = tuple(read_texts(dataset, dataset_field, "--dataset", "--dataset-field")[0])
         if not prompts:

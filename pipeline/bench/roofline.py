@@ -5,7 +5,7 @@ A decode step at batch B reads every weight once plus each sequence's KV cache, 
   bytes/step = weight bytes + B x KV bytes per token x mean context (ISL + OSL/2)
   ceiling ITL = bytes/step / bandwidth        MBU = bytes/step / measured ITL / bandwidth
 B is the concurrency (closed loop) or the mean number of decoding requests, output tok/s x ITL
-(open loop). Weight bytes come from pipeline.plan's shape arithmetic, not from the files on disk.
+(open loop). Weight bytes come from pipeline.inspection.plan's shape arithmetic, not from the files on disk.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PipelineError
-from ..gpus import Gpu, find_gpu, lookup_gpu
-from ..plan import KV_BYTES, kv_bytes_per_token, shape_from_config, weight_bytes
+from ..facts.gpu import Gpu, find_gpu, lookup_gpu
+from ..inspection.plan import KV_BYTES, kv_bytes_per_token, shape_from_config, weight_bytes
 
 
 def shape_of(checkpoint: Path):

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..calibration import CalibrationSet
-from ..checkpoint import CheckpointInfo
 from ..config import Config, QualityGate, Variant
 from ..errors import PipelineError
+from ..inspection.checkpoint import CheckpointInfo
 from ..progress import Reporter
 from .quantize import STATE_FILE, device, load_model, load_tokenizer, restore
+from .quantize.calibration import CalibrationSet
 
 CUDA_ONLY = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant kernels need CUDA (calibration and export do not)
 METRICS = ("kl_mean", "top1_agreement", "ppl_baseline", "ppl_quantized", "ppl_increase_pct")

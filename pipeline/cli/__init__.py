@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
-from . import __version__
-from .config import STAGES, Config, dump_config, json_schema, load_config
-from .errors import PipelineError
-from .progress import Reporter, stdout_console
+from .. import __version__
+from ..config import STAGES, Config, dump_config, json_schema, load_config
+from ..errors import PipelineError
+from ..progress import Reporter, stdout_console
 
 
 def _config(path: Path | None, report: Reporter) -> Config:
@@ -22,7 +22,7 @@ def _config(path: Path | None, report: Reporter) -> Config:
         path = Path("lpx.yaml")
         report.info("using ./lpx.yaml")
     if path is None:
-        from .demo import ensure_demo
+        from ..demo import ensure_demo
 
         report.info("no -c given: running the built-in demo (a tiny Llama, FP8, torch target)")
         path = ensure_demo(report)
@@ -55,7 +55,7 @@ def cli() -> None:
 @click.argument("directory", type=click.Path(path_type=Path))
 def init(directory: Path) -> None:
     """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY."""
-    from .demo import ensure_checkpoint, write_demo_config
+    from ..demo import ensure_checkpoint, write_demo_config
 
     if (directory / "lpx.yaml").exists():
         raise PipelineError(f"{directory / 'lpx.yaml'} already exists - choose an empty folder", exit_code=2)
@@ -89,24 +89,24 @@ def _run(
     skip_gate: bool = False,
     dry_run: bool = False,
 ) -> list:
-    from .runner import Runner
+    from ..runner import Runner
 
     selected = cfg.select(variants)
     if until == "serve":
-        from .serving import preflight
+        from ..stages.serve import preflight
 
         preflight(cfg)
     runner = Runner(cfg, report, force, skip_gate=skip_gate, dry_run=dry_run)
     outcomes = runner.run(selected, until)
     if until == "eval":
-        from .report import eval_table
+        from ..report import eval_table
 
         stdout_console().print(eval_table(outcomes, cfg))
     runner.raise_gate_failures()
     if until != "serve":
         return outcomes
-    from .selection import choose
-    from .serving import serve_and_check, serve_forever_repo
+    from ..stages.serve import serve_and_check, serve_forever_repo
+    from ..stages.serve.selection import choose
 
     # refuses an engine of another arch or TensorRT-LLM version before Triton starts
     chosen = {o.variant: pick[1] for o in outcomes if (pick := choose(o)) is not None}
@@ -197,8 +197,8 @@ def serve(config_path, variants, force, skip_gate, host) -> None:
 @click.option("--http", "use_http", is_flag=True, help="Use HTTP generate_stream instead of gRPC streaming.")
 def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http) -> None:
     """Stream a completion for PROMPT, printing tokens as they arrive."""
-    from .client import generate_stream
-    from .serving import running_server
+    from ..client import generate_stream
+    from ..stages.serve import running_server
 
     if url is None:
         info = running_server()
@@ -248,7 +248,7 @@ def artifacts() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def artifacts_list(as_json) -> None:
     """Every complete artifact: stage, model, variant, arch, key, age, path."""
-    from .artifacts import Store
+    from ..artifacts import Store
 
     arts = Store().all()
     if as_json:
@@ -277,7 +277,7 @@ def artifacts_list(as_json) -> None:
 @click.option("--arch", default=None)
 def artifacts_path(stage, model, variant, arch) -> None:
     """Print the artifact root, or the newest artifact matching the filters."""
-    from .artifacts import Store
+    from ..artifacts import Store
 
     store = Store()
     if not any((stage, model, variant, arch)):
@@ -299,17 +299,17 @@ def artifacts_path(stage, model, variant, arch) -> None:
 @cli.command()
 def path() -> None:
     """Print LPX_HOME, where all LPX state lives."""
-    from .artifacts import home
+    from ..artifacts import home
 
     click.echo(home())
 
 
 def _register_tools() -> None:
-    from .bench.command import bench_command
-    from .bench.compare import compare_command
-    from .doctor import doctor_command
-    from .matrix import matrix_command
-    from .plan import plan_command
+    from ..bench.command import bench_command
+    from ..bench.compare import compare_command
+    from ..inspection.doctor import doctor_command
+    from ..inspection.matrix import matrix_command
+    from ..inspection.plan import plan_command
 
     cli.add_command(bench_command)
     cli.add_command(compare_command)

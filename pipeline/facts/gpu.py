@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import PipelineError
+from ..errors import PipelineError
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def lookup_gpu(name: str) -> Gpu:
 
 
 def formats_for_sm(sm: int) -> list[str]:
-    """The quantization formats (pipeline.recipes.FORMATS) an SM number can run."""
-    from .recipes import FORMATS
+    """The quantization formats (pipeline.stages.quantize.recipes.FORMATS) an SM number can run."""
+    from ..stages.quantize.recipes import FORMATS
 
     return [fmt for fmt, (_, need) in FORMATS.items() if sm >= need]

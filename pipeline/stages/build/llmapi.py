@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from ..artifacts import link_tree
-from ..config import Config, Variant
-from ..errors import PipelineError
-from ..export_check import check_llmapi_options
+from ...artifacts import link_tree
+from ...config import Config, Variant
+from ...errors import PipelineError
+from ..quantize.export_check import check_llmapi_options
 
 CHECKPOINT_DIR = "checkpoint"
 OPTIONS_FILE = "llm_api_options.yaml"

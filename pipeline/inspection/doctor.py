@@ -22,9 +22,9 @@ from pathlib import Path
 
 import click
 
-from .artifacts import home
-from .errors import PipelineError
-from .gpus import find_gpu, formats_for_sm
+from ..artifacts import home
+from ..errors import PipelineError
+from ..facts.gpu import find_gpu, formats_for_sm
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def _disk_free(path: Path) -> int:
 
 
 def _tritonserver() -> Path:
-    from .stages.serve import find_tritonserver
+    from ..stages.serve.tritonserver import find_tritonserver
 
     return find_tritonserver()
 
@@ -433,7 +433,9 @@ COLORS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     show_default=True,
     help="TensorRT-LLM line to check the driver against.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.doctor`).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.inspection.doctor`)."
+)
 def doctor_command(target: str, as_json: bool) -> None:
     """Check the driver, GPUs, container, Triton and packages; exit 1 on any FAIL."""
     result = diagnose(target=target)

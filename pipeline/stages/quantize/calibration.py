@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .config import Calibration, Evaluation
-from .errors import PipelineError
+from ...config import Calibration, Evaluation
+from ...errors import PipelineError
 
 BUILTIN = "lpx:calibration.txt"
 HELDOUT = "lpx:heldout.txt"

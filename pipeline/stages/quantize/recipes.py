@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from .config import Quantization
-from .errors import PipelineError
+from ...config import Quantization
+from ...errors import PipelineError
 
 # format -> (ModelOpt config name, minimum SM). Sources: ModelOpt's support matrix and
 # TensorRT-LLM's precision docs (FP8 needs Ada/Hopper, NVFP4 Blackwell, INT4/INT8 Ampere+).

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from ..config import Config
-from ..errors import PipelineError
-from ..recipes import QUANT_ALGO
+from ...config import Config
+from ...errors import PipelineError
+from ..quantize.recipes import QUANT_ALGO
 
 BINARY_ENV = "LPX_TRTLLM_BUILD"
 TOKENS_PER_BLOCK = 32  # same block size as the torch target (pipeline/stages/build.py)

@@ -10,13 +10,13 @@ import json
 import shutil
 from pathlib import Path
 
-from ..artifacts import home, link_tree
-from ..config import Config, Variant
-from ..errors import PipelineError
-from ..progress import Reporter
+from ...artifacts import home, link_tree
+from ...config import Config, Variant
+from ...errors import PipelineError
+from ...progress import Reporter
+from ..evaluate import CUDA_ONLY
+from ..quantize import STATE_FILE
 from . import trtllm_build
-from .evaluate import CUDA_ONLY
-from .quantize import STATE_FILE
 
 ENGINE_FILE = "lpx_engine.json"
 TOKENS_PER_BLOCK = 32

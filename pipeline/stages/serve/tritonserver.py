@@ -24,8 +24,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from ..artifacts import home
-from ..errors import PipelineError
+from ...artifacts import home
+from ...errors import PipelineError
 
 CONTAINER_BIN = Path("/opt/tritonserver/bin/tritonserver")
 INSTALL_FIX = (

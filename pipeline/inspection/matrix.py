@@ -21,9 +21,9 @@ from pathlib import Path
 
 import click
 
-from .config import Config, load_config
-from .errors import PipelineError
-from .recipes import FORMATS, KV_ALGO, KV_MIN_SM, QUANT_ALGO, TRTLLM_SUPPORTS, sm_number
+from ..config import Config, load_config
+from ..errors import PipelineError
+from ..stages.quantize.recipes import FORMATS, KV_ALGO, KV_MIN_SM, QUANT_ALGO, TRTLLM_SUPPORTS, sm_number
 
 
 def _reason(fmt: str, kv: str, arch: str, version: str) -> str | None:
@@ -121,7 +121,7 @@ def write_cell_config(config_path: Path, variant: str, arch: str | None, out: Pa
     """Write `config_path` narrowed to one CI cell: build.archs = [arch], or (arch None) every arch the
     variant can run. Paths are made absolute, so `out` may live anywhere. Keys are unchanged: the
     quantize and build keys do not include build.archs, so artifacts built from it are the config's own."""
-    from .config import dump_config
+    from ..config import dump_config
 
     cfg = load_config(config_path)
     cfg.variant(variant)

@@ -28,15 +28,15 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ..artifacts import link_tree
-from ..checkpoint import TOKENIZER_FILES
-from ..config import Config
-from ..engines.llmapi_engine import read_build
-from ..engines.torch_engine import read_meta
-from ..errors import PipelineError
-from ..tensors import TENSORS, TOKEN_COUNT_TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
+from ...artifacts import link_tree
+from ...config import Config
+from ...errors import PipelineError
+from ...inspection.checkpoint import TOKENIZER_FILES
+from ...runtime.engines.llmapi_engine import read_build
+from ...runtime.engines.torch_engine import read_meta
+from ...runtime.tensors import TENSORS, TOKEN_COUNT_TENSORS, Spec, specs  # noqa: F401 - re-exported for tests
+from ..build.llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 from . import engine_repo
-from .llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 # model -> its code in model_repo/; tensorrt_llm's depends on the target (the engine target's is C++, no code)

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import click
 
-from .errors import PipelineError
-from .gpus import Gpu, lookup_gpu
-from .recipes import FORMATS as RECIPES
+from ..errors import PipelineError
+from ..facts.gpu import Gpu, lookup_gpu
+from ..stages.quantize.recipes import FORMATS as RECIPES
 
 FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
 KV_BYTES = {"bf16": 2, "fp8": 1, "int8": 1}
@@ -346,7 +346,9 @@ def render(result: dict) -> None:
     help="kv_cache_free_gpu_mem_fraction.",
 )
 @click.option("--kv-cache", "kv_dtype", type=click.Choice(list(KV_BYTES)), default="bf16", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.plan`).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.inspection.plan`)."
+)
 def plan_command(
     checkpoint: Path | None,
     model_config: Path | None,

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import PipelineError
+from ...errors import PipelineError
 from .stream import DONE, DeltaStream
 
 MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"

@@ -22,13 +22,13 @@ import time
 import warnings
 from pathlib import Path
 
-from ..calibration import CalibrationSet, batches
-from ..checkpoint import CheckpointInfo, copy_tokenizer
-from ..config import Config, Variant
-from ..errors import PipelineError
-from ..export_check import check_hf, check_trtllm
-from ..progress import Reporter
-from ..recipes import recipe
+from ...config import Config, Variant
+from ...errors import PipelineError
+from ...inspection.checkpoint import CheckpointInfo, copy_tokenizer
+from ...progress import Reporter
+from .calibration import CalibrationSet, batches
+from .export_check import check_hf, check_trtllm
+from .recipes import recipe
 
 STATE_FILE = "modelopt_state.pth"
 EXPORTS = ("hf", "state", "trtllm")
@@ -242,7 +242,7 @@ def estimate_bytes(
     info: CheckpointInfo, fmt: str, exports: tuple[str, ...], scratch_state: bool = False
 ) -> dict:
     """Bytes each export will take, from `lpx plan`'s weight sizes (the state file holds bf16 weights)."""
-    from ..plan import shape_from_config, weight_bytes
+    from ...inspection.plan import shape_from_config, weight_bytes
 
     shape = shape_from_config(info.config, info.path.name)
     quantized = weight_bytes(shape, fmt)["weight_bytes"]
@@ -397,6 +397,6 @@ def _export_hf(cfg: Config, variant: Variant, info: CheckpointInfo, model, out: 
 def restore(state: Path, dtype: str, on: str | None = None) -> tuple[object, str]:
     """Rebuild the quantized model from LPX's own state folder (config + ModelOpt state), with no weight
     initialization (pipeline/restore.py). Returns (model, how it was built)."""
-    from ..restore import restore_state
+    from ...runtime.restore import restore_state
 
     return restore_state(state, state / STATE_FILE, torch_dtype(dtype), on or device())

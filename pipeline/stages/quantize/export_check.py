@@ -42,7 +42,7 @@ import json
 import math
 from pathlib import Path
 
-from .errors import PipelineError
+from ...errors import PipelineError
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 DEFAULT_THETA = (

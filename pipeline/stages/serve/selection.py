@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .artifacts import Artifact
-from .errors import PipelineError
-from .toolchain import version
+from ...artifacts import Artifact
+from ...errors import PipelineError
+from ...toolchain import version
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Gpu:
 
 
 def detect_gpu() -> Gpu | None:
-    from .doctor import Probe, gpu_state
+    from ...inspection.doctor import Probe, gpu_state
 
     state = gpu_state(Probe())
     if not state or not state.gpus:

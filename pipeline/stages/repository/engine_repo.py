@@ -19,9 +19,9 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ..config import Config
-from ..errors import PipelineError
-from ..tensors import TRTLLM_IO, trtllm_specs
+from ...config import Config
+from ...errors import PipelineError
+from ...runtime.tensors import TRTLLM_IO, trtllm_specs
 
 # build.trtllm_version -> version key of tests/contracts/tensorrtllm_backend_models.json
 CONTRACT_VERSION = {"1.2": "latest", "0.16": "v0.16.0"}

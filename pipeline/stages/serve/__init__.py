@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .artifacts import Artifact, home
-from .config import Config
-from .demo import DEMO_PROMPT
-from .errors import PipelineError
-from .progress import Reporter
+from ...artifacts import Artifact, home
+from ...config import Config
+from ...demo import DEMO_PROMPT
+from ...errors import PipelineError
+from ...progress import Reporter
 
 SMOKE_TOKENS = 48
 
@@ -24,7 +24,7 @@ def preflight(cfg: Config) -> None:
 
 
 def _server(cfg: Config, variant: str, repo: Artifact | None):
-    from .stages.serve import TritonServer
+    from .tritonserver import TritonServer
 
     s = cfg.serving
     log = home() / "logs" / f"triton-{cfg.model.name}-{variant}.log"
@@ -50,7 +50,7 @@ def world_size(cfg: Config) -> int:
 
 def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter, out: Console) -> dict:
     """Start Triton, stream one completion over gRPC, print text, TTFT and tokens/s, stop."""
-    from .client import generate_stream
+    from ...client import generate_stream
 
     server = _server(cfg, variant, repo)
     report.stage("serve", variant, "starting tritonserver")
@@ -91,7 +91,7 @@ def _record_path() -> Path:
 
 
 def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Reporter) -> None:
-    from .stages.serve import serve_forever
+    from .tritonserver import serve_forever
 
     server = _server(cfg, variant, repo)
     with server:

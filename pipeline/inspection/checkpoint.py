@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PipelineError
+from ..errors import PipelineError
 
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..errors import PipelineError
+from ...errors import PipelineError
 from .stream import DONE, DeltaStream
 
 META_FILE = "lpx_engine.json"

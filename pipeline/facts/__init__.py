@@ -1,0 +1,1 @@
+"""Facts about the world outside LPX, one table each: TensorRT-LLM lines, GPUs, quantization formats."""
