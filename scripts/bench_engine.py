@@ -130,7 +130,7 @@ def main() -> None:
     quiet_libraries()
     levels = parse_levels(args.concurrency)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    gpu = roofline.detect_gpu([device], args.gpu)
+    gpu = roofline.roofline_gpu([device], args.gpu)
     shm = Path("/dev/shm")
     work = Path(tempfile.mkdtemp(prefix="lpx-engine-", dir=shm if os.access(shm, os.W_OK) else None))
     ckpt = write_model(work / "ckpt", args.shape)

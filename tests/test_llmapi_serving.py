@@ -16,7 +16,7 @@ from helpers_engine import running_server
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 
 pytestmark = pytest.mark.slow  # every test needs the quantize -> build -> repo fixture
 STANDIN = Path(__file__).parent / "standin_tensorrt_llm"
@@ -109,7 +109,7 @@ def test_triton_batch_above_the_builds_is_refused(built, tmp_path) -> None:
     bigger = cfg.model_copy(deep=True)
     bigger.build.max_batch_size = cfg.build.max_batch_size * 2
     with pytest.raises(
-        PipelineError,
+        LpxError,
         match=rf"max_batch_size {bigger.build.max_batch_size} .*llmapi build's "
         rf"max_batch_size {cfg.build.max_batch_size}",
     ):
@@ -133,7 +133,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     tensorrt_llm.CALLS.clear()
     with LlmApiEngine(engine_dir) as engine:
         tokens = engine.generate([5, 6, 7], 6, end_ids=[2, 9], temperature=0.0)
-        with pytest.raises(PipelineError, match="max_input_len"):
+        with pytest.raises(LpxError, match="max_input_len"):
             engine.submit([5] * (options["max_input_len"] + 1), 4, end_ids=[2])
         stream = engine.submit([5, 6, 7], 50, end_ids=[2], temperature=0.0)
         next(stream)
@@ -223,7 +223,7 @@ def test_http_generate_and_token_counts(server, expected) -> None:
 def test_bad_requests_are_errors_and_the_server_keeps_serving(server, expected) -> None:
     from pipeline.client import generate_stream
 
-    with pytest.raises(PipelineError, match="max_tokens"):
+    with pytest.raises(LpxError, match="max_tokens"):
         list(generate_stream(server.grpc_url, PROMPTS[0], 100000))
     chunks = list(generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS))
     assert "".join(c.text for c in chunks) == expected[PROMPTS[0]]

@@ -13,8 +13,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 from pipeline.stages import repository as repo_stage
+from pipeline.stages.repository.model_configs import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = next(
@@ -105,7 +106,7 @@ def test_layout_and_summary(repo, engine_dir: Path, cfg) -> None:
 
 def test_configs_parse_and_are_relocatable(repo, cfg) -> None:
     dest, _ = repo
-    for model in repo_stage.MODELS:
+    for model in MODELS:
         conf = parsed(dest, model)
         assert conf.name == model and conf.max_batch_size == cfg.build.max_batch_size
         assert "${" not in (dest / model / "config.pbtxt").read_text()
@@ -206,11 +207,11 @@ def test_ensemble_wiring_matches_upstream_and_types_agree(repo) -> None:
 
 
 def test_non_torch_target_and_bad_engine_are_clear_errors(tmp_path: Path, engine_dir: Path, cfg) -> None:
-    with pytest.raises(PipelineError, match="lpx build"):
+    with pytest.raises(LpxError, match="lpx build"):
         repo_stage.write_repository(tmp_path / "r1", tmp_path, cfg)
     other = cfg.model_copy(deep=True)
     other.build.target = "llmapi"  # a torch engine folder is not an llmapi build folder
-    with pytest.raises(PipelineError, match=r"not an llmapi build folder .*build.target: llmapi"):
+    with pytest.raises(LpxError, match=r"not an llmapi build folder .*build.target: llmapi"):
         repo_stage.write_repository(tmp_path / "r2", engine_dir, other)
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from pipeline.config import parse_config
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
-from pipeline.stages.quantize import STATE_FILE
+from pipeline.stages.quantize.model_io import STATE_FILE
 
 
 def old_restore(state, dtype):
@@ -77,7 +77,7 @@ def assert_same_model(new, old, tied: bool):
 def test_meta_device_restore_is_bit_identical(models, name, fmt, isolated_home):
     import torch
 
-    from pipeline.stages.quantize import restore
+    from pipeline.stages.quantize.model_io import restore
 
     _, art = quantized_state(models[name], fmt)
     state = art.path / "state"
@@ -129,7 +129,7 @@ def test_a_buffer_lpx_cannot_compute_falls_back_to_from_config(models, isolated_
     import torch
 
     from pipeline.runtime import restore as restore_mod
-    from pipeline.stages.quantize import restore
+    from pipeline.stages.quantize.model_io import restore
 
     def drifted(module):  # as if a later transformers renamed what the rotary module keeps
         raise AttributeError("no compute_default_rope_parameters")

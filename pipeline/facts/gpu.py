@@ -1,6 +1,7 @@
-"""A small table of the GPUs LPX plans for, and lookup by the loose names people and drivers use.
+"""The one GPU module: a table of the GPUs LPX plans for, lookup by the loose names people and drivers
+use, and detection of the GPUs present (NVML, else nvidia-smi). Nothing else in LPX asks the driver.
 
-Figures are the vendors' datasheet numbers (memory as marketed, HBM/GDDR bandwidth in TB/s) and
+Table figures are the vendors' datasheet numbers (memory as marketed, HBM/GDDR bandwidth in TB/s) and
 the memory `nvidia-smi` reports (MiB), which is what capacity planning must use. `source` names the
 datasheet; `smi_mib_source` says whether the nvidia-smi figure was recorded here or is a lead.
 """
@@ -8,9 +9,11 @@ datasheet; `smi_mib_source` says whether the nvidia-smi figure was recorded here
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
-from ..errors import PipelineError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -182,16 +185,145 @@ def find_gpu(name: str) -> Gpu | None:
 
 
 def lookup_gpu(name: str) -> Gpu:
-    """Like find_gpu, but an unknown name is a PipelineError listing the known ones."""
+    """Like find_gpu, but an unknown name is a UsageError listing the known ones."""
     gpu = find_gpu(name)
     if gpu is None:
         known = ", ".join(GPUS)
-        raise PipelineError(f"unknown GPU '{name}' - use one of: {known}", exit_code=2)
+        raise UsageError(f"unknown GPU '{name}' - use one of: {known}")
     return gpu
 
 
-def formats_for_sm(sm: int) -> list[str]:
-    """The quantization formats (pipeline.stages.quantize.recipes.FORMATS) an SM number can run."""
-    from ..stages.quantize.recipes import FORMATS
+# ---------------------------------------------------------------- the GPUs present
 
-    return [fmt for fmt, (_, need) in FORMATS.items() if sm >= need]
+
+@dataclass
+class GpuInfo:
+    """One GPU the driver reports."""
+
+    name: str
+    total_mib: int
+    used_mib: int
+    compute_cap: str  # "9.0"
+
+    @property
+    def sm(self) -> int:
+        """Compute capability as an SM number (0 when the driver gave none)."""
+        digits = self.compute_cap.replace(".", "")
+        return int(digits) if digits.isdigit() else 0
+
+    @property
+    def arch(self) -> str:
+        """The build.archs name: "sm90"."""
+        return f"sm{self.sm}"
+
+
+@dataclass
+class GpuState:
+    driver: str | None = None
+    cuda: str | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    processes: list[str] = field(default_factory=list)
+    source: str = ""
+
+
+def run_command(cmd: list[str]) -> tuple[int, str] | None:
+    """(exit code, stdout + stderr), or None when the program is not installed."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (FileNotFoundError, PermissionError):
+        return None
+    except subprocess.TimeoutExpired:
+        return 124, f"{cmd[0]} timed out"
+    return p.returncode, p.stdout + p.stderr
+
+
+def nvml_state() -> GpuState | None:
+    """The GPU state through NVML (nvidia-ml-py), or None when NVML is absent or fails."""
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+    except Exception:
+        return None
+    try:
+        cuda = nv.nvmlSystemGetCudaDriverVersion()
+        state = GpuState(
+            driver=_s(nv.nvmlSystemGetDriverVersion()),
+            cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            source="nvml",
+        )
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
+            state.gpus.append(
+                GpuInfo(_s(nv.nvmlDeviceGetName(h)), mem.total >> 20, mem.used >> 20, f"{major}.{minor}")
+            )
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                state.processes.append(f"pid {p.pid} ({(p.usedGpuMemory or 0) >> 20} MiB on GPU {i})")
+        return state
+    except Exception:
+        return None
+    finally:
+        nv.nvmlShutdown()
+
+
+def _s(v: str | bytes) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+SMI_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=name,driver_version,memory.total,memory.used,compute_cap",
+    "--format=csv,noheader,nounits",
+]
+SMI_APPS = [
+    "nvidia-smi",
+    "--query-compute-apps=pid,process_name,used_memory",
+    "--format=csv,noheader,nounits",
+]
+
+
+def gpu_state(
+    run: Callable[[list[str]], tuple[int, str] | None] = run_command,
+    nvml: Callable[[], GpuState | None] = nvml_state,
+    full: bool = True,
+) -> GpuState | None:
+    """NVML first, then nvidia-smi; None when neither finds a driver. `full`: also the CUDA version the
+    driver supports and the processes holding GPU memory (two more nvidia-smi calls without NVML).
+    `run` and `nvml` are what `lpx doctor`'s tests replace with recorded outputs."""
+    state = nvml()
+    if state is not None:
+        return state
+    out = run(SMI_QUERY)
+    if out is None or out[0] != 0:
+        return None
+    state = GpuState(source="nvidia-smi")
+    for line in out[1].strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 5:
+            name, state.driver, total, used, cap = cells
+            state.gpus.append(GpuInfo(name, _mib(total), _mib(used), cap))
+    if full:
+        header = run(["nvidia-smi"])
+        if header and (m := re.search(r"CUDA Version:\s*([\d.]+)", header[1])):
+            state.cuda = m.group(1)
+        apps = run(SMI_APPS)
+        if apps and apps[0] == 0:
+            state.processes = [
+                f"pid {c[0]} {c[1]} ({c[2]} MiB)"
+                for line in apps[1].strip().splitlines()
+                if len(c := [x.strip() for x in line.split(",")]) == 3
+            ]
+    return state if state.driver else None
+
+
+def _mib(text: str) -> int:
+    m = re.search(r"\d+", text)
+    return int(m.group()) if m else 0
+
+
+def detect_gpu() -> GpuInfo | None:
+    """The first GPU present, or None without a driver."""
+    state = gpu_state(full=False)
+    return state.gpus[0] if state and state.gpus else None

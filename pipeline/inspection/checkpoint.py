@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PipelineError
+from ..errors import LpxError
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -51,36 +51,30 @@ def inspect_checkpoint(
 ) -> CheckpointInfo:
     path = Path(path)
     if not path.exists():
-        raise PipelineError(
+        raise LpxError(
             f"{key}: no checkpoint folder at {path} - point {key} at a local Hugging Face checkpoint"
         )
     if not path.is_dir():
-        raise PipelineError(
-            f"{key}: {path} is a file; {key} must be the checkpoint folder that holds config.json"
-        )
+        raise LpxError(f"{key}: {path} is a file; {key} must be the checkpoint folder that holds config.json")
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise PipelineError(
+        raise LpxError(
             f"{key}: {path} has no config.json - is this a Hugging Face checkpoint folder? "
             "(download it with 'huggingface-cli download' or write it with save_pretrained)"
         )
     try:
         config = json.loads(cfg_file.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise PipelineError(
-            f"{key}: {cfg_file} is not valid JSON ({exc}) - re-download the checkpoint"
-        ) from None
+        raise LpxError(f"{key}: {cfg_file} is not valid JSON ({exc}) - re-download the checkpoint") from None
     safetensors = sorted(path.glob("*.safetensors"))
     pickles = sorted(p for p in path.glob("*.bin") if p.name != "training_args.bin") + sorted(
         path.glob("*.pt")
     )
     if not safetensors and not pickles:
-        raise PipelineError(
-            f"{key}: {path} holds no weights (*.safetensors) - the download may be incomplete"
-        )
+        raise LpxError(f"{key}: {path} holds no weights (*.safetensors) - the download may be incomplete")
     pickle_only = not safetensors
     if pickle_only and not allow_pickle:
-        raise PipelineError(
+        raise LpxError(
             f"{key}: {path} has only pickle weights ({pickles[0].name}), which can run arbitrary code when loaded. "
             "Convert them to safetensors, or set model.allow_pickle: true if you trust the source"
         )
@@ -97,7 +91,7 @@ def copy_tokenizer(src: Path, dest: Path) -> list[str]:
             shutil.copy2(f, dest / name)
             copied.append(name)
     if "tokenizer.json" not in copied and "tokenizer.model" not in copied and "vocab.json" not in copied:
-        raise PipelineError(
+        raise LpxError(
             f"No tokenizer files in {src} - set model.tokenizer to the folder that holds tokenizer.json"
         )
     return copied

@@ -12,90 +12,23 @@ from __future__ import annotations
 
 import glob as _glob
 import importlib.metadata
-import json
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
 from ..artifacts import home
-from ..errors import PipelineError
-from ..facts.gpu import find_gpu, formats_for_sm
+from ..errors import LpxError
+from ..facts.formats import formats_for_sm
+from ..facts.gpu import GpuState, find_gpu, gpu_state, nvml_state, run_command
+from ..facts.trtllm import LINES, PYTRITON_SERVER
 
-
-@dataclass(frozen=True)
-class Release:
-    container: str
-    trtllm: str
-    cuda: str
-    min_driver: int
-    evidence: str
-
-
-# The TensorRT-LLM line LPX targets -> the NGC Triton container that carries it and what it needs.
-RELEASES: dict[str, Release] = {
-    "1.2": Release(
-        "nvcr.io/nvidia/tritonserver:<26.x>-trtllm-python-py3",
-        "1.2.x",
-        "13",
-        580,
-        "lead: the 1.2.x line builds against CUDA 13 (driver >= 580); container tag not checked",
-    ),
-    "1.1": Release(
-        "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
-        "1.1.0",
-        "13.0.2",
-        580,
-        "verified: Triton docs, Release Compatibility Matrix, trtllm-python-py3 25.12 "
-        "(TRT-LLM 1.1.0, CUDA 13.0.2.006, driver 580.95.05)",
-    ),
-    "0.16": Release(
-        "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
-        "0.16.0",
-        "12.6.3",
-        560,
-        "verified: Triton release notes 24.12 (CUDA 12.6.3, driver 560 or later; data-center GPUs "
-        "may use R470/R525/R535/R545 forward compatibility); TRT-LLM 0.16.0 is a lead",
-    ),
-}
-PYTRITON_SERVER = {"0.7.0": "2.51"}  # nvidia-pytriton wheel -> the tritonserver it bundles (seen here)
 PACKAGES = ("nvidia-modelopt", "transformers", "tritonclient", "tensorrt_llm")
 MIN_FREE_DISK = {"FAIL": 5 * 1024**3, "WARN": 50 * 1024**3}
 
 
-@dataclass
-class GpuInfo:
-    name: str
-    total_mib: int
-    used_mib: int
-    compute_cap: str  # "9.0"
-
-
-@dataclass
-class GpuState:
-    driver: str | None = None
-    cuda: str | None = None
-    gpus: list[GpuInfo] = field(default_factory=list)
-    processes: list[str] = field(default_factory=list)
-    source: str = ""
-
-
 # ---------------------------------------------------------------- probes
-
-
-def _run(cmd: list[str]) -> tuple[int, str] | None:
-    """(exit code, stdout + stderr), or None when the program is not installed."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (FileNotFoundError, PermissionError):
-        return None
-    except subprocess.TimeoutExpired:
-        return 124, f"{cmd[0]} timed out"
-    return p.returncode, p.stdout + p.stderr
 
 
 def _read(path: str) -> str | None:
@@ -119,100 +52,21 @@ def _disk_free(path: Path) -> int:
 
 
 def _tritonserver() -> Path:
-    from ..stages.serve.tritonserver import find_tritonserver
+    from ..stages.serve.binary import find_tritonserver
 
     return find_tritonserver()
 
 
-def _nvml() -> GpuState | None:
-    """The GPU state through NVML (nvidia-ml-py), or None when NVML is absent or fails."""
-    try:
-        import pynvml as nv
-
-        nv.nvmlInit()
-    except Exception:
-        return None
-    try:
-        cuda = nv.nvmlSystemGetCudaDriverVersion()
-        state = GpuState(
-            driver=_s(nv.nvmlSystemGetDriverVersion()),
-            cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
-            source="nvml",
-        )
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
-            state.gpus.append(
-                GpuInfo(_s(nv.nvmlDeviceGetName(h)), mem.total >> 20, mem.used >> 20, f"{major}.{minor}")
-            )
-            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
-                state.processes.append(f"pid {p.pid} ({(p.usedGpuMemory or 0) >> 20} MiB on GPU {i})")
-        return state
-    except Exception:
-        return None
-    finally:
-        nv.nvmlShutdown()
-
-
-def _s(v: str | bytes) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
 @dataclass
 class Probe:
-    run: Callable[[list[str]], tuple[int, str] | None] = _run
+    run: Callable[[list[str]], tuple[int, str] | None] = run_command
     read: Callable[[str], str | None] = _read
     glob: Callable[[str], list[str]] = _glob.glob
     which: Callable[[str], str | None] = shutil.which
-    nvml: Callable[[], GpuState | None] = _nvml
+    nvml: Callable[[], GpuState | None] = nvml_state
     version: Callable[[str], str | None] = _version
     disk_free: Callable[[Path], int] = _disk_free
     tritonserver: Callable[[], Path] = _tritonserver
-
-
-SMI_QUERY = [
-    "nvidia-smi",
-    "--query-gpu=name,driver_version,memory.total,memory.used,compute_cap",
-    "--format=csv,noheader,nounits",
-]
-SMI_APPS = [
-    "nvidia-smi",
-    "--query-compute-apps=pid,process_name,used_memory",
-    "--format=csv,noheader,nounits",
-]
-
-
-def gpu_state(probe: Probe) -> GpuState | None:
-    """NVML first, then nvidia-smi; None when neither finds a driver."""
-    state = probe.nvml()
-    if state is not None:
-        return state
-    out = probe.run(SMI_QUERY)
-    if out is None or out[0] != 0:
-        return None
-    state = GpuState(source="nvidia-smi")
-    for line in out[1].strip().splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) == 5:
-            name, state.driver, total, used, cap = cells
-            state.gpus.append(GpuInfo(name, _mib(total), _mib(used), cap))
-    header = probe.run(["nvidia-smi"])
-    if header and (m := re.search(r"CUDA Version:\s*([\d.]+)", header[1])):
-        state.cuda = m.group(1)
-    apps = probe.run(SMI_APPS)
-    if apps and apps[0] == 0:
-        state.processes = [
-            f"pid {c[0]} {c[1]} ({c[2]} MiB)"
-            for line in apps[1].strip().splitlines()
-            if len(c := [x.strip() for x in line.split(",")]) == 3
-        ]
-    return state if state.driver else None
-
-
-def _mib(text: str) -> int:
-    m = re.search(r"\d+", text)
-    return int(m.group()) if m else 0
 
 
 # ---------------------------------------------------------------- checks
@@ -225,8 +79,8 @@ def _check(name: str, status: str, detail: str, fix: str = "") -> Check:
 
 
 def gpu_checks(probe: Probe, target: str) -> list[Check]:
-    state = gpu_state(probe)
-    rel = RELEASES[target]
+    state = gpu_state(probe.run, probe.nvml)
+    rel = LINES[target]
     if state is None:
         return [
             _check(
@@ -241,7 +95,7 @@ def gpu_checks(probe: Probe, target: str) -> list[Check]:
         _check("driver", "PASS", f"driver {state.driver}, CUDA {state.cuda or '?'} (via {state.source})")
     ]
     major = int(state.driver.split(".")[0]) if state.driver and state.driver[0].isdigit() else 0
-    ok_lines = [t for t, r in RELEASES.items() if major >= r.min_driver]
+    ok_lines = [t for t, r in LINES.items() if major >= r.min_driver]
     if major < rel.min_driver:
         alt = f"; this driver can run TensorRT-LLM {', '.join(ok_lines)}" if ok_lines else ""
         checks.append(
@@ -273,7 +127,7 @@ def gpu_checks(probe: Probe, target: str) -> list[Check]:
             )
         )
     for i, g in enumerate(state.gpus):
-        sm = int(g.compute_cap.replace(".", "")) if g.compute_cap.replace(".", "").isdigit() else 0
+        sm = g.sm
         known = find_gpu(g.name)
         detail = f"GPU {i}: {g.name}, sm{sm}, {g.total_mib} MiB; formats: {', '.join(formats_for_sm(sm)) or 'none'}"
         if sm and sm < 80:
@@ -366,7 +220,7 @@ def software_checks(probe: Probe) -> list[Check]:
     checks = []
     try:
         binary = probe.tritonserver()
-    except PipelineError as exc:
+    except LpxError as exc:
         checks.append(
             _check("tritonserver", "WARN", "tritonserver not found", exc.message.split(": ", 1)[-1])
         )
@@ -419,40 +273,3 @@ def diagnose(probe: Probe | None = None, target: str = "1.2") -> dict:
     probe = probe or Probe()
     checks = gpu_checks(probe, target) + system_checks(probe) + software_checks(probe)
     return {"ok": not any(c["status"] == "FAIL" for c in checks), "target": target, "checks": checks}
-
-
-COLORS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
-
-
-@click.command("doctor")
-@click.option(
-    "--trtllm",
-    "target",
-    type=click.Choice(list(RELEASES)),
-    default="1.2",
-    show_default=True,
-    help="TensorRT-LLM line to check the driver against.",
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.inspection.doctor`)."
-)
-def doctor_command(target: str, as_json: bool) -> None:
-    """Check the driver, GPUs, container, Triton and packages; exit 1 on any FAIL."""
-    result = diagnose(target=target)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        for c in result["checks"]:
-            click.echo(
-                click.style(f"{c['status']:<4}", fg=COLORS[c["status"]], bold=True)
-                + f"  {c['name']:<12} {c['detail']}"
-            )
-            if c["fix"]:
-                click.echo(f"      {'':<12} fix: {c['fix']}")
-    if not result["ok"]:
-        failed = [c["name"] for c in result["checks"] if c["status"] == "FAIL"]
-        if as_json:
-            raise SystemExit(1)
-        raise PipelineError(
-            f"{len(failed)} check(s) failed ({', '.join(failed)}) - apply the fix lines above"
-        )

@@ -16,27 +16,17 @@ Formats: json = {"include": [...], "excluded": [...]} pretty-printed; github = o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import click
-
 from ..config import Config, load_config
-from ..errors import PipelineError
-from ..stages.quantize.recipes import FORMATS, KV_ALGO, KV_MIN_SM, QUANT_ALGO, TRTLLM_SUPPORTS, sm_number
+from ..errors import UsageError
+from ..facts.formats import arch_refusal, sm_number
+from ..facts.trtllm import unknown_algo
 
 
 def _reason(fmt: str, kv: str, arch: str, version: str) -> str | None:
     """Why this format / KV-cache type cannot be built for this arch, or None."""
-    sm = sm_number(arch)
-    if sm < FORMATS[fmt][1]:
-        return f"format '{fmt}' needs sm{FORMATS[fmt][1]} or newer"
-    if sm < KV_MIN_SM[kv]:
-        return f"kv_cache '{kv}' needs sm{KV_MIN_SM[kv]} or newer"
-    for algo in (QUANT_ALGO[fmt], KV_ALGO[kv]):
-        if algo and algo not in TRTLLM_SUPPORTS[version]:
-            return f"{algo} is not known to TensorRT-LLM {version}"
-    return None
+    return arch_refusal(fmt, kv, sm_number(arch)) or unknown_algo(fmt, kv, version)
 
 
 def _cells(cfg: Config) -> list[tuple[dict, str | None]]:
@@ -77,44 +67,23 @@ def excluded_cells(cfg: Config) -> list[dict]:
     return [{k: cell[k] for k in keep} | {"reason": reason} for cell, reason in _cells(cfg) if reason]
 
 
-def _config_path(path: Path | None) -> Path:
+def config_path(path: Path | None) -> Path:
     if path is not None:
         return path
     if Path("lpx.yaml").is_file():
         return Path("lpx.yaml")
-    raise PipelineError("no config: pass -c lpx.yaml, or run in a folder that has an lpx.yaml", exit_code=2)
+    raise UsageError("no config: pass -c lpx.yaml, or run in a folder that has an lpx.yaml")
 
 
-@click.command("matrix")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="lpx.yaml to use (default: ./lpx.yaml).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["json", "github"]),
-    default="json",
-    show_default=True,
-    help="json: cells and excluded cells, pretty; github: one line for strategy.matrix.",
-)
-def matrix_command(config_path: Path | None, fmt: str) -> None:
-    """Print the CI build matrix: one cell per variant x GPU arch the format can run on."""
-    cfg = load_config(_config_path(config_path))
+def matrix(cfg: Config) -> dict:
+    """What `lpx matrix` prints: {"include": cells, "excluded": cells left out}; a UsageError when empty."""
     include, excluded = build_matrix(cfg), excluded_cells(cfg)
     if not include:
-        raise PipelineError(
+        raise UsageError(
             "the matrix is empty: no variant can run on any of build.archs - "
-            "add a newer arch to build.archs or choose another format",
-            exit_code=2,
+            "add a newer arch to build.archs or choose another format"
         )
-    if fmt == "github":
-        click.echo(json.dumps({"include": include}, separators=(",", ":")))
-    else:
-        click.echo(json.dumps({"include": include, "excluded": excluded}, indent=2))
+    return {"include": include, "excluded": excluded}
 
 
 def write_cell_config(config_path: Path, variant: str, arch: str | None, out: Path) -> Path:
@@ -129,10 +98,9 @@ def write_cell_config(config_path: Path, variant: str, arch: str | None, out: Pa
     archs = [c["arch"] for c in cells if arch is None or c["arch"] == arch]
     if not archs:
         why = [e["reason"] for e in excluded_cells(cfg) if e["variant"] == variant and e["arch"] == arch]
-        raise PipelineError(
+        raise UsageError(
             f"variant '{variant}' has no cell for {arch or 'any arch'}"
-            f"{': ' + why[0] if why else ''} - see 'lpx matrix -c {config_path}'",
-            exit_code=2,
+            f"{': ' + why[0] if why else ''} - see 'lpx matrix -c {config_path}'"
         )
     if cfg.build.target != "torch":
         cfg.build.archs = archs

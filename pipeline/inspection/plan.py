@@ -34,13 +34,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import click
+from ..errors import UsageError
+from ..facts.formats import FORMATS
+from ..facts.gpu import Gpu
+from ..facts.models import PRESETS as PRESET_NAMES
+from ..facts.models import PUBLISHED
 
-from ..errors import PipelineError
-from ..facts.gpu import Gpu, lookup_gpu
-from ..stages.quantize.recipes import FORMATS as RECIPES
-
-FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
 KV_BYTES = {"bf16": 2, "fp8": 1, "int8": 1}
 AWQ_GROUP = 128
 NVFP4_BLOCK = 16
@@ -81,19 +80,6 @@ class ModelShape:
         return embed + norms + bias
 
 
-# From the models' published config.json files on the Hugging Face Hub.
-PRESETS: dict[str, ModelShape] = {
-    m.name: m
-    for m in (
-        ModelShape("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, True),
-        ModelShape("llama-3.2-3b", 28, 3072, 8192, 24, 8, 128, 128256, True),
-        ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256, False),
-        ModelShape("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, False, qkv_bias=True),
-        ModelShape("mistral-7b", 32, 4096, 14336, 32, 8, 128, 32768, False),  # v0.3 vocabulary
-    )
-}
-
-
 def shape_from_config(cfg: dict, name: str) -> ModelShape:
     try:
         heads = int(cfg["num_attention_heads"])
@@ -111,32 +97,34 @@ def shape_from_config(cfg: dict, name: str) -> ModelShape:
             qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         )
     except KeyError as exc:
-        raise PipelineError(
+        raise UsageError(
             f"{name}: config.json has no {exc.args[0]} - pass a decoder-only "
-            f"HF config (Llama/Qwen2/Mistral style) or use --preset",
-            exit_code=2,
+            f"HF config (Llama/Qwen2/Mistral style) or use --preset"
         ) from None
+
+
+# From the models' published config.json files on the Hugging Face Hub (pipeline/facts/models.py).
+PRESETS: dict[str, ModelShape] = {name: shape_from_config(PUBLISHED[name], name) for name in PRESET_NAMES}
 
 
 def load_shape(checkpoint: Path | None, model_config: Path | None, preset: str | None) -> ModelShape:
     given = [x for x in (checkpoint, model_config, preset) if x is not None]
     if len(given) != 1:
-        raise PipelineError(
+        raise UsageError(
             "give exactly one of --checkpoint DIR, --model-config FILE or --preset NAME "
-            f"(presets: {', '.join(PRESETS)})",
-            exit_code=2,
+            f"(presets: {', '.join(PRESETS)})"
         )
     if preset is not None:
         if preset.lower() not in PRESETS:
-            raise PipelineError(f"unknown preset '{preset}' - use one of: {', '.join(PRESETS)}", exit_code=2)
+            raise UsageError(f"unknown preset '{preset}' - use one of: {', '.join(PRESETS)}")
         return PRESETS[preset.lower()]
     path = checkpoint / "config.json" if checkpoint is not None else model_config
     assert path is not None
     try:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(
-            f"cannot read {path}: {exc} - point at a HF checkpoint folder or its config.json", exit_code=2
+        raise UsageError(
+            f"cannot read {path}: {exc} - point at a HF checkpoint folder or its config.json"
         ) from None
     return shape_from_config(cfg.get("text_config", cfg), (checkpoint or path.parent).name)
 
@@ -162,7 +150,7 @@ def weight_bytes(m: ModelShape, fmt: str) -> dict[str, int]:
             quant += n // 2
             scales += math.ceil(n / NVFP4_BLOCK) + 4 + 4
         else:
-            raise PipelineError(f"unknown format '{fmt}' - use one of: {', '.join(FORMATS)}", exit_code=2)
+            raise UsageError(f"unknown format '{fmt}' - use one of: {', '.join(FORMATS)}")
     quant, scales = quant * m.layers, scales * m.layers
     high = 2 * m.high_precision_params()
     return {
@@ -217,7 +205,7 @@ def plan(
         }
         if gpu is not None:
             w = row["weight_bytes"]
-            row["runs_on_gpu"] = gpu.sm >= RECIPES[fmt][1]
+            row["runs_on_gpu"] = gpu.sm >= FORMATS[fmt][1]
             pool = int(max(0, gpu.memory_bytes - w - RUNTIME_OVERHEAD) * kv_fraction)
             if pool > 0:
                 fit = pool // (per_token * _blocks(seq_len))
@@ -319,57 +307,6 @@ def render(result: dict) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-@click.command("plan")
-@click.option(
-    "--checkpoint",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="HF checkpoint folder (reads config.json).",
-)
-@click.option(
-    "--model-config", type=click.Path(path_type=Path, dir_okay=False), help="A HF config.json file."
-)
-@click.option("--preset", help=f"A known model: {', '.join(PRESETS)}.")
-@click.option("--gpu", "gpu_name", help="GPU to plan for (h200, 'NVIDIA H100 80GB HBM3', l40s...).")
-@click.option(
-    "--seq-len",
-    type=click.IntRange(1),
-    default=2048,
-    show_default=True,
-    help="Expected tokens per sequence (prompt + output).",
-)
-@click.option("--max-seq-len", type=click.IntRange(1), help="Engine max_seq_len (default: --seq-len).")
-@click.option(
-    "--kv-fraction",
-    type=click.FloatRange(0.01, 1.0),
-    default=0.9,
-    show_default=True,
-    help="kv_cache_free_gpu_mem_fraction.",
-)
-@click.option("--kv-cache", "kv_dtype", type=click.Choice(list(KV_BYTES)), default="bf16", show_default=True)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (fields in `pydoc pipeline.inspection.plan`)."
-)
-def plan_command(
-    checkpoint: Path | None,
-    model_config: Path | None,
-    preset: str | None,
-    gpu_name: str | None,
-    seq_len: int,
-    max_seq_len: int | None,
-    kv_fraction: float,
-    kv_dtype: str,
-    as_json: bool,
-) -> None:
-    """Weights, KV cache, how many sequences fit and decode speed, per quantization format."""
-    shape = load_shape(checkpoint, model_config, preset)
-    gpu = lookup_gpu(gpu_name) if gpu_name else None
-    result = plan(shape, gpu, seq_len, kv_fraction, max_seq_len, kv_dtype)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        render(result)
-
-
 def check_fit(
     config: dict, fmt: str, kv_dtype: str, max_seq_len: int, gpus_per_engine: int, gpu: Gpu, where: str
 ) -> None:
@@ -379,9 +316,8 @@ def check_fit(
     kv = kv_bytes_per_token(shape, kv_dtype) * max_seq_len / gpus_per_engine
     need = weights + kv + RUNTIME_OVERHEAD
     if need > gpu.memory_bytes:
-        raise PipelineError(
+        raise UsageError(
             f"{where}: {fmt} weights {weights / GB:.1f} GB + KV for one {max_seq_len}-token sequence {kv / GB:.2f} GB "
             f"+ {RUNTIME_OVERHEAD / GB:.1f} GB runtime per GPU = {need / GB:.1f} GB > {gpu.name} {gpu.memory_bytes / GB:.1f} GB"
-            " - use a smaller format, a larger tp_size, or a lower build.max_seq_len",
-            exit_code=2,
+            " - use a smaller format, a larger tp_size, or a lower build.max_seq_len"
         )

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ...errors import PipelineError
+from ...errors import LpxError
 from .stream import DONE, DeltaStream
 
 MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"
@@ -35,7 +35,7 @@ def read_build(folder: Path) -> tuple[dict, dict]:
             or {}
         )
     except (OSError, yaml.YAMLError) as exc:
-        raise PipelineError(
+        raise LpxError(
             f"{folder} is not an llmapi build folder ({exc}) - rebuild it with 'lpx build' "
             "(build.target: llmapi)"
         ) from None
@@ -44,7 +44,7 @@ def read_build(folder: Path) -> tuple[dict, dict]:
         or not isinstance(options, dict)
         or not (folder / str(model.get("model", ""))).is_dir()
     ):
-        raise PipelineError(
+        raise LpxError(
             f"{folder}/{MODEL_FILE} does not name a checkpoint folder beside it - rebuild it with "
             "'lpx build' (build.target: llmapi)"
         )
@@ -92,7 +92,7 @@ class LlmApiEngine:
         try:
             from tensorrt_llm import LLM, SamplingParams
         except ImportError as exc:
-            raise PipelineError(
+            raise LpxError(
                 f"build.target llmapi needs TensorRT-LLM >= 1.2 in the serving environment ({exc}) - "
                 "serve from the TensorRT-LLM container, or use build.target: torch"
             ) from None
@@ -120,22 +120,22 @@ class LlmApiEngine:
         seed: int | None = None,
     ) -> DeltaStream:
         if self._closed.is_set():
-            raise PipelineError("The llmapi engine is closed - restart the server")
+            raise LpxError("The llmapi engine is closed - restart the server")
         input_ids = [int(t) for t in input_ids]
         if not input_ids:
-            raise PipelineError("Empty prompt: send at least one token")
+            raise LpxError("Empty prompt: send at least one token")
         if self.max_input_len and len(input_ids) > self.max_input_len:
-            raise PipelineError(
+            raise LpxError(
                 f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
                 f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len"
             )
         if max_new_tokens < 1 or (self.max_seq_len and len(input_ids) + max_new_tokens > self.max_seq_len):
-            raise PipelineError(
+            raise LpxError(
                 f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
                 f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens"
             )
         if not end_ids:
-            raise PipelineError(
+            raise LpxError(
                 "No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
                 "generation_config.json"
             )

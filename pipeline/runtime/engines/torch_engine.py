@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ...errors import PipelineError
+from ...errors import LpxError
 from .stream import DONE, DeltaStream
 
 META_FILE = "lpx_engine.json"
@@ -36,24 +36,24 @@ META_KEYS = (
 
 
 def read_meta(engine_dir: Path) -> dict[str, Any]:
-    """Read and check `lpx_engine.json`; a missing or corrupt file is a PipelineError naming the fix."""
+    """Read and check `lpx_engine.json`; a missing or corrupt file is a LpxError naming the fix."""
     path = Path(engine_dir) / META_FILE
     fix = "rebuild it with 'lpx build -c lpx.yaml'"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise PipelineError(f"No torch engine at {engine_dir} ({META_FILE} missing) - {fix}") from None
+        raise LpxError(f"No torch engine at {engine_dir} ({META_FILE} missing) - {fix}") from None
     except (OSError, ValueError) as exc:
-        raise PipelineError(f"{path} is unreadable or not JSON ({exc}) - {fix}") from None
+        raise LpxError(f"{path} is unreadable or not JSON ({exc}) - {fix}") from None
     missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
     if missing:
-        raise PipelineError(f"{path} lacks {', '.join(missing)} - {fix}")
+        raise LpxError(f"{path} lacks {', '.join(missing)} - {fix}")
     if meta["target"] != "torch":
-        raise PipelineError(
+        raise LpxError(
             f"{engine_dir} is a '{meta['target']}' engine, not a torch one - {fix} with build.target: torch"
         )
     if not (Path(engine_dir) / meta["state_file"]).is_file():
-        raise PipelineError(f"{engine_dir} lacks {meta['state_file']} - {fix}")
+        raise LpxError(f"{engine_dir} lacks {meta['state_file']} - {fix}")
     return meta
 
 
@@ -70,7 +70,7 @@ def load_model(engine_dir: Path, device: str | None = None):
     try:
         model, _ = restore_state(engine_dir, engine_dir / meta["state_file"], dtype, device or "cpu")
     except Exception as exc:  # a corrupt or foreign state file
-        raise PipelineError(
+        raise LpxError(
             f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine"
         ) from None
     return model
@@ -103,9 +103,7 @@ def _exact_top1(manager) -> None:
             exact.__dict__.update(proc.__dict__)
             procs[i] = exact
             return
-    raise PipelineError(
-        "transformers' continuous batching has no per-request top-k here - use transformers 5.14"
-    )
+    raise LpxError("transformers' continuous batching has no per-request top-k here - use transformers 5.14")
 
 
 RequestStream = DeltaStream  # the name callers and tests know
@@ -193,25 +191,25 @@ class TorchEngine:
         """Queue one request; returns its stream of token deltas. `seed` is accepted for interface
         parity but sampling uses the engine-wide generator (transformers has no per-request seed)."""
         if self._closed.is_set() or not self._manager.is_running():
-            raise PipelineError(
+            raise LpxError(
                 f"The torch engine is not running ({self._manager.fatal_error or 'closed'}) - "
                 "restart the server; its log has the cause"
             )
         input_ids = [int(t) for t in input_ids]
         limit, seq = self.meta["max_input_len"], self.meta["max_seq_len"]
         if not input_ids:
-            raise PipelineError("Empty prompt: send at least one token")
+            raise LpxError("Empty prompt: send at least one token")
         if len(input_ids) > limit:
-            raise PipelineError(
+            raise LpxError(
                 f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len {limit} - shorten it or rebuild with a larger build.max_input_len"
             )
         if max_new_tokens < 1 or len(input_ids) + max_new_tokens > seq:
-            raise PipelineError(
+            raise LpxError(
                 f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between {len(input_ids) + 1} and max_seq_len {seq} - lower max_tokens"
             )
         bad = [t for t in input_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise PipelineError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
+            raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
         with self._lock:
             self._streams[stream.request_id] = stream

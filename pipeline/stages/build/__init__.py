@@ -1,141 +1,147 @@
-"""Stage 2: turn a quantized checkpoint into something a server can load, per target.
+"""The build stage: turn a quantized checkpoint into what a server loads, per build target. This package
+owns the stage's key (`inputs`), its checks and its run:
 
-`torch`: LPX's reference engine folder - the ModelOpt state folder (hard-linked, not copied)
-plus `lpx_engine.json` with the runtime limits. `engine` and `llmapi` need TensorRT-LLM.
+  __init__.py       check / inputs / run / dry_run, dispatching on build.target
+  engine_target.py  `engine`: trtllm-build per GPU arch (trtllm_build.py composes the command line,
+                    trtllm_run.py runs it as a child process)
+  llmapi.py         `llmapi`: the unified HF checkpoint + LLM-API options for TensorRT-LLM's LLM API
+  torch_target.py   `torch`: LPX's reference engine folder (ModelOpt state + runtime limits)
+
+Key per target: the quantize artifact's key, the target (arch and TensorRT-LLM line where they matter),
+what the build generates - the trtllm-build argv with its paths left out, the LLM-API options and
+model.yaml, or lpx_engine.json - the TensorRT-LLM version that builds engines, and the code of the
+target's modules. build.timeout_s and build.gpu shape nothing and are left out.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-from ...artifacts import home, link_tree
-from ...config import Config, Variant
-from ...errors import PipelineError
-from ...progress import Reporter
-from ..evaluate import CUDA_ONLY
-from ..quantize import STATE_FILE
-from . import trtllm_build
+from ... import toolchain
+from ...artifacts import Artifact
+from ...config import Variant
+from ...errors import LpxError, UsageError
+from ...facts import trtllm
+from ...facts.formats import arch_refusal, sm_number
+from ...keys import code_fingerprint
+from ..context import ANY_ARCH, Context
+from ..quantize.model_io import STATE_FILE
+from . import engine_target, llmapi, torch_target
+from .trtllm_build import key_argv
 
-ENGINE_FILE = "lpx_engine.json"
-TOKENS_PER_BLOCK = 32
-
-
-def timing_cache(cfg: Config, arch: str) -> Path:
-    """One kernel-timing cache per GPU arch and TensorRT-LLM line, kept in the artifact store."""
-    return home() / "artifacts" / "timing-cache" / f"{arch}-trtllm{cfg.build.trtllm_version}.cache"
-
-
-def engine_command(
-    cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path
-) -> tuple[list[str], dict]:
-    q = variant.quantization
-    return trtllm_build.compose(
-        cfg,
-        q.format,
-        checkpoint / "trtllm",
-        out,
-        timing_cache(cfg, arch),
-        cfg.build.trtllm_version,
-        kv_cache=q.kv_cache,
-    )
+# The modules that write each target's output (their fingerprint is part of the key).
+CODE = {
+    "engine": ("pipeline.stages.build.engine_target", "pipeline.stages.build.trtllm_build"),
+    "llmapi": ("pipeline.stages.build.llmapi",),
+    "torch": ("pipeline.stages.build.torch_target",),
+}
+NEEDS = {"engine": "trtllm/config.json", "torch": f"state/{STATE_FILE}"}  # llmapi.write_llmapi checks its own
 
 
-def run(
-    cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, report: Reporter | None = None
-) -> dict:
+def archs(ctx: Context) -> list[str]:
+    """The slots a variant is built in: one per GPU arch for trtllm-build engines; torch and llmapi
+    artifacts run on any of the configured archs."""
+    b = ctx.cfg.build
+    return list(b.archs) if b.target == "engine" else [ANY_ARCH]
+
+
+def check(ctx: Context, variant: Variant) -> None:
+    """Before any work: the format on every build arch and in the targeted TensorRT-LLM line, the
+    sequence length against the model's positions, and weights + one full sequence against the GPU."""
+    from ...inspection.plan import check_fit
+
+    b, q = ctx.cfg.build, variant.quantization
+    where = f"variant '{variant.name}'"
+    for arch in b.archs:
+        why = arch_refusal(q.format, q.kv_cache, sm_number(arch))
+        if why:
+            raise UsageError(
+                f"{where}: {why}, but build.archs lists {arch} - "
+                f"drop {arch} from build.archs or choose another format for it"
+            )
+    why = trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version)
+    if why:
+        raise UsageError(
+            f"{where}: {why} - set build.trtllm_version: {trtllm.BUILD_LINES[0]} or choose another format"
+        )
+    info, _ = ctx.checkpoint()
+    if info.max_positions and b.max_seq_len > info.max_positions:
+        raise UsageError(
+            f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
+            f"{info.max_positions} - lower build.max_seq_len"
+        )
+    kv = {"none": "bf16"}.get(q.kv_cache, q.kv_cache)
+    for gpu in target_gpus(ctx):
+        check_fit(info.config, q.format, kv, b.max_seq_len, b.tp_size * b.pp_size, gpu, where)
+
+
+def target_gpus(ctx: Context) -> list:
+    """GPUs to check memory against: build.gpu, else the GPU present when its arch is a build target."""
+    from ...facts.gpu import detect_gpu, lookup_gpu
+
+    def find() -> list:
+        b = ctx.cfg.build
+        if b.gpu:
+            try:
+                return [lookup_gpu(b.gpu)]
+            except LpxError as exc:
+                raise UsageError(f"build.gpu: {exc.message}") from None
+        if b.target != "engine":
+            return []
+        present = detect_gpu()
+        if present is None or present.arch not in b.archs:
+            return []
+        try:
+            return [lookup_gpu(present.name)]
+        except LpxError:
+            ctx.report.warn(f"{present.name} is not in LPX's GPU table: memory fit not checked")
+            return []
+
+    return ctx.cached("target_gpus", find)
+
+
+def inputs(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str) -> dict:
+    """The key's inputs for build.target (see the module docstring)."""
+    cfg = ctx.cfg
     target = cfg.build.target
-    needs = {"engine": "trtllm/config.json", "torch": f"state/{STATE_FILE}"}.get(target)
-    if needs and not (checkpoint / needs).is_file():
-        raise PipelineError(
-            f"The quantize artifact {checkpoint} has no {needs} (build.target {target} reads it) - "
+    out: dict = {"checkpoint_key": checkpoint.key}
+    if target == "engine":
+        argv, _ = engine_target.command(cfg, variant, checkpoint.path, arch, Path("<engine>"))
+        out["target"] = {"target": target, "arch": arch, "trtllm_version": cfg.build.trtllm_version}
+        out["trtllm-build argv"] = key_argv(argv)
+        out["versions"] = toolchain.versions("tensorrt_llm")
+    elif target == "llmapi":
+        out["target"] = {"target": target, "trtllm_version": cfg.build.trtllm_version}
+        out["llm_api_options"] = llmapi.llmapi_options(cfg, variant)
+        out["model.yaml"] = llmapi.model_file(cfg, variant)
+    else:
+        out["target"] = {"target": target}
+        out["lpx_engine.json"] = torch_target.engine_meta(cfg, variant)
+    out["code"] = code_fingerprint(CODE[target])
+    return out
+
+
+def run(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str, out: Path) -> dict:
+    """Build the variant for `arch` into `out`; returns the manifest's results."""
+    cfg = ctx.cfg
+    target = cfg.build.target
+    if target in NEEDS and not (checkpoint.path / NEEDS[target]).is_file():
+        raise LpxError(
+            f"The quantize artifact {checkpoint.path} has no {NEEDS[target]} (build.target {target} reads it) - "
             f"re-run 'lpx quantize' for variant '{variant.name}'"
         )
     if target == "engine":
-        return _run_engine(cfg, variant, checkpoint, arch, out, report or Reporter())
+        return engine_target.run(cfg, variant, checkpoint, arch, out, ctx.report)
     if target == "llmapi":
-        from .llmapi import write_llmapi
-
-        return write_llmapi(cfg, variant, checkpoint, out)
-    fmt = variant.quantization.format
-    if fmt in CUDA_ONLY and not _cuda():
-        raise PipelineError(
-            f"variant '{variant.name}': format '{fmt}' cannot run on the torch target without a CUDA "
-            "GPU (ModelOpt simulates it on CUDA only) - build it for target engine/llmapi, or on a GPU"
-        )
-    nbytes = link_tree(checkpoint / "state", out)[1]
-    b = cfg.build
-    engine = {
-        "target": "torch",
-        "format": variant.quantization.format,
-        "kv_cache": variant.quantization.kv_cache,
-        "dtype": b.dtype,
-        "max_batch_size": b.max_batch_size,
-        "max_input_len": b.max_input_len,
-        "max_seq_len": b.max_seq_len,
-        "max_num_tokens": b.max_num_tokens,
-        "tokens_per_block": TOKENS_PER_BLOCK,
-        "state_file": STATE_FILE,
-    }
-    (out / ENGINE_FILE).write_text(json.dumps(engine, indent=2) + "\n")
-    return {"engine": engine, "bytes": nbytes}
+        return llmapi.write_llmapi(cfg, variant, checkpoint.path, out)
+    return torch_target.run(cfg, variant, checkpoint, out)
 
 
-def _run_engine(
-    cfg: Config, variant: Variant, checkpoint: Path, arch: str, out: Path, report: Reporter
-) -> dict:
-    """trtllm-build as a child process: output to build.log, exit code checked, timeout enforced."""
-    env = trtllm_build.engine_versions()
-    if env.get("sm") and env["sm"] != arch:
-        raise PipelineError(
-            f"This machine's GPU is {env['sm']} ({env.get('gpu')}); an engine for {arch} must be built "
-            f"on an {arch} GPU - run this build on a matching runner ('lpx matrix' lists the cells)"
-        )
-    if not env.get("sm"):
-        report.warn("no NVIDIA GPU detected: trtllm-build needs one of the target architecture")
-    argv, reasons = engine_command(cfg, variant, checkpoint, arch, out)
-    cache = timing_cache(cfg, arch)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with report.task(f"trtllm-build {variant.name}/{arch}", total=None) as advance:
-            seconds = trtllm_build.run_build(
-                argv, out / "build.log", cfg.build.timeout_s, progress=lambda _line: advance(0)
-            )
-    except PipelineError as exc:  # the temporary folder goes away: keep its log where the user can read it
-        kept = home() / "logs" / f"build-{cfg.model.name}-{variant.name}-{arch}.log"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        if (out / "build.log").is_file():
-            shutil.copyfile(out / "build.log", kept)
-        exc.message = exc.message.replace(str(out / "build.log"), str(kept))
-        raise
-    engine = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
-    if engine is None or not list(out.glob("rank*.engine")):
-        raise PipelineError(
-            f"trtllm-build exited 0 but wrote no engine (config.json + rank*.engine) in {out} - "
-            "see build.log",
-            detail=(out / "build.log").read_text()[-4000:],
-        )
-    return {
-        "command": argv,
-        "reasons": reasons,
-        "build_s": round(seconds, 3),
-        "environment": env,
-        "build_config": engine.get("build_config", {}),
-        "engine_files": sorted(p.name for p in out.glob("rank*.engine")),
-    }
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def read_engine(engine_dir: Path) -> dict:
-    try:
-        return json.loads((Path(engine_dir) / ENGINE_FILE).read_text())
-    except (OSError, ValueError):
-        raise PipelineError(
-            f"{engine_dir} is not an LPX engine folder (no readable {ENGINE_FILE}) - run 'lpx build'"
-        ) from None
+def dry_run(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str, out: Path) -> list[str]:
+    """What `lpx build --dry-run` prints: the trtllm-build command and why each flag is set."""
+    if ctx.cfg.build.target != "engine":
+        return [f"dry run: target {ctx.cfg.build.target} runs no build tool"]
+    argv, reasons = engine_target.command(ctx.cfg, variant, checkpoint.path, arch, out)
+    return ["dry run (nothing is built):", "  " + " ".join(argv)] + [
+        f"    {flag:<28} {why}" for flag, why in reasons.items()
+    ]

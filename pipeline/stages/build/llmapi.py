@@ -17,12 +17,12 @@ import yaml
 
 from ...artifacts import link_tree
 from ...config import Config, Variant
-from ...errors import PipelineError
+from ...errors import LpxError, UsageError
+from ...facts import trtllm
+from ...runtime.engines.llmapi_engine import MODEL_FILE, OPTIONS_FILE
 from ..quantize.export_check import check_llmapi_options
 
 CHECKPOINT_DIR = "checkpoint"
-OPTIONS_FILE = "llm_api_options.yaml"
-MODEL_FILE = "model.yaml"
 KV_FREE_GPU_MEMORY_FRACTION = 0.9
 
 
@@ -62,21 +62,36 @@ def llmapi_options(cfg: Config, variant: Variant) -> dict:
     }
 
 
+def model_file(cfg: Config, variant: Variant) -> dict:
+    """The content of model.yaml: what LPX's Triton python model reads (part of the build key)."""
+    q = variant.quantization
+    return {
+        "backend": "pytorch",
+        "model": CHECKPOINT_DIR,
+        "options": OPTIONS_FILE,
+        "trtllm_version": cfg.build.trtllm_version,
+        "format": q.format,
+        "kv_cache": q.kv_cache,
+    }
+
+
 def _check(cfg: Config, variant: Variant, checkpoint: Path) -> Path:
-    if cfg.build.trtllm_version == "0.16":
-        raise PipelineError(
-            "build.target llmapi needs TensorRT-LLM >= 1.2 (the LLM API's PyTorch backend); "
-            "set build.trtllm_version: '1.2', or use build.target: engine for TensorRT-LLM 0.16"
+    version = cfg.build.trtllm_version
+    if not trtllm.LINES[version].llmapi:
+        lines = [n for n in trtllm.BUILD_LINES if trtllm.LINES[n].llmapi]  # newest first
+        raise UsageError(
+            f"build.target llmapi needs TensorRT-LLM >= {lines[-1]} (the LLM API's PyTorch backend); "
+            f"set build.trtllm_version: '{lines[0]}', or use build.target: engine for TensorRT-LLM {version}"
         )
     if variant.quantization.kv_cache == "int8":
-        raise PipelineError(
+        raise LpxError(
             f"variant '{variant.name}': an INT8 KV cache has no ModelOpt unified HF checkpoint, which build.target "
             "llmapi loads - use quantization.kv_cache: fp8 or none for this variant, or build.target: engine"
         )
     hf = Path(checkpoint) / "hf"
     if (hf / "config.json").is_file():
         return hf
-    raise PipelineError(
+    raise LpxError(
         f"The quantize artifact {checkpoint} has no HF checkpoint (hf/config.json) - "
         f"re-run 'lpx quantize' for variant '{variant.name}'"
     )
@@ -93,15 +108,7 @@ def write_llmapi(cfg: Config, variant: Variant, checkpoint: Path, out: Path) -> 
     )
     files, nbytes = link_tree(hf, out / CHECKPOINT_DIR)
     (out / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=False))
-    q = variant.quantization
-    model = {
-        "backend": "pytorch",
-        "model": CHECKPOINT_DIR,
-        "options": OPTIONS_FILE,
-        "trtllm_version": cfg.build.trtllm_version,
-        "format": q.format,
-        "kv_cache": q.kv_cache,
-    }
+    model = model_file(cfg, variant)
     (out / MODEL_FILE).write_text(yaml.safe_dump(model, sort_keys=False))
     return {
         "files": [CHECKPOINT_DIR, OPTIONS_FILE, MODEL_FILE],

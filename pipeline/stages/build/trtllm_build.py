@@ -1,84 +1,68 @@
-"""The `engine` target: compose a `trtllm-build` command line, run it, and record the toolchain.
+"""The `engine` target's command line: compose `trtllm-build` from the config, with a reason for every flag.
 
-Every flag and value is checked against the targeted TensorRT-LLM line (1.2.x = "latest", or
-0.16); the tables below are the subset of tests/contracts/trtllm_build_flags.json that LPX
-uses, and tests/test_trtllm_build.py checks them against that contract.
+Every flag and value is checked against the targeted TensorRT-LLM line (build.trtllm_version; its
+contract name, "latest" or "v0.16.0", from pipeline/facts/trtllm.py); FLAGS is the subset of
+tests/contracts/trtllm_build_flags.json that LPX uses, and tests/test_trtllm_build.py checks it against
+that contract. The composed argv, with its paths left out (`key_argv`), is part of the build key.
+Running it is trtllm_run.py's.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import shutil
-import signal
-import subprocess
-import threading
-import time
-from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from ...config import Config
-from ...errors import PipelineError
-from ..quantize.recipes import QUANT_ALGO
+from ...errors import LpxError, UsageError
+from ...facts import trtllm
+from ...facts.formats import QUANT_ALGO
+from .torch_target import TOKENS_PER_BLOCK
 
-BINARY_ENV = "LPX_TRTLLM_BUILD"
-TOKENS_PER_BLOCK = 32  # same block size as the torch target (pipeline/stages/build.py)
 SMALL_BATCH_FP8_GEMM = 4  # upstream: the FP8 GEMM plugin helps small batches (<= 4), hurts larger ones
 FP8_CONTEXT_FMHA_ALGOS = {"FP8", "W4A8_AWQ", "NVFP4"}  # quant_algo values with FP8 context FMHA
-LOG_TAIL_LINES = 40
 
-# The flags LPX passes: flag -> (legal choices or None for a positive int / path, default).
-_COMMON: dict[str, tuple[tuple[str, ...] | None, object]] = {
-    "--checkpoint_dir": (None, None),
-    "--output_dir": (None, "engine_outputs"),
-    "--max_batch_size": (None, 2048),
-    "--max_input_len": (None, 1024),
-    "--max_seq_len": (None, None),
-    "--max_num_tokens": (None, 8192),
-    "--remove_input_padding": (("enable", "disable"), "enable"),
-    "--gpt_attention_plugin": (("auto", "float16", "float32", "bfloat16", "int32", "disable"), "auto"),
-    "--context_fmha": (("enable", "disable"), "enable"),
-    "--multiple_profiles": (("enable", "disable"), "disable"),
-    "--workers": (None, 1),
-    "--input_timing_cache": (None, None),
-    "--output_timing_cache": (None, "model.cache"),
+# The flags LPX passes and their legal choices (None: a positive int or a path), per contract version.
+_ON_OFF = ("enable", "disable")
+_COMMON: dict[str, tuple[str, ...] | None] = {
+    "--checkpoint_dir": None,
+    "--output_dir": None,
+    "--max_batch_size": None,
+    "--max_input_len": None,
+    "--max_seq_len": None,
+    "--max_num_tokens": None,
+    "--remove_input_padding": _ON_OFF,
+    "--gpt_attention_plugin": ("auto", "float16", "float32", "bfloat16", "int32", "disable"),
+    "--context_fmha": _ON_OFF,
+    "--multiple_profiles": _ON_OFF,
+    "--workers": None,
+    "--input_timing_cache": None,
+    "--output_timing_cache": None,
+    "--tokens_per_block": None,
+    "--use_paged_context_fmha": _ON_OFF,
+    "--use_fp8_context_fmha": _ON_OFF,
 }
-FLAGS: dict[str, dict[str, tuple[tuple[str, ...] | None, object]]] = {
+FLAGS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "latest": {
         **_COMMON,
-        "--kv_cache_type": (("continuous", "paged", "disabled"), None),
-        "--gemm_plugin": (
-            ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable"),
-            None,
-        ),
-        "--tokens_per_block": (None, 32),
-        "--use_paged_context_fmha": (("enable", "disable"), "enable"),
-        "--use_fp8_context_fmha": (("enable", "disable"), "enable"),
+        "--kv_cache_type": ("continuous", "paged", "disabled"),
+        "--gemm_plugin": ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable"),
     },
     "v0.16.0": {
         **_COMMON,
         # v0.16.0 parses --kv_cache_type with the C++ binding enum (contract note); the string flag
         # --paged_kv_cache (deprecated, still accepted) is the spelling that is safe there.
-        "--paged_kv_cache": (("enable", "disable"), None),
-        "--gemm_plugin": (("auto", "float16", "float32", "bfloat16", "int32", "fp8", "disable"), "disable"),
-        "--tokens_per_block": (None, 64),
-        "--use_paged_context_fmha": (("enable", "disable"), "disable"),
-        "--use_fp8_context_fmha": (("enable", "disable"), "disable"),
+        "--paged_kv_cache": _ON_OFF,
+        "--gemm_plugin": ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "disable"),
     },
 }
-VERSION_NAMES = {"1.2": "latest", "latest": "latest", "0.16": "v0.16.0", "v0.16.0": "v0.16.0"}
-
-
-def contract_version(version: str) -> str:
-    """'1.2' -> 'latest', '0.16' -> 'v0.16.0' (the names used by the flags contract)."""
-    try:
-        return VERSION_NAMES[version]
-    except KeyError:
-        raise PipelineError(
-            f"Unknown TensorRT-LLM version '{version}' - set build.trtllm_version to 1.2 or 0.16", exit_code=2
-        ) from None
+# Flags whose value is a path of this machine: the build key holds a placeholder instead (the output
+# does not depend on where it is written); a reused timing cache only makes the build faster.
+PATH_FLAGS = {
+    "--checkpoint_dir": "<quantize>/trtllm",
+    "--output_dir": "<engine>",
+    "--output_timing_cache": "<timing cache>",
+}
+UNKEYED_FLAGS = ("--input_timing_cache",)
 
 
 def _checkpoint_world_size(checkpoint_dir: Path) -> int | None:
@@ -101,34 +85,32 @@ def compose(
     """The `trtllm-build` argv (argv[0] is 'trtllm-build') and a reason for every flag it sets.
 
     `version` is build.trtllm_version ('1.2' or '0.16'); `kv_cache` the variant's KV-cache type.
-    Raises PipelineError for a format, limit or flag the targeted version does not accept.
+    Raises LpxError for a format, limit or flag the targeted version does not accept.
     """
-    v = contract_version(version)
+    line = trtllm.line(version)
+    v = line.contract
     b = cfg.build
     if variant_format not in QUANT_ALGO:
-        raise PipelineError(
-            f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}", 2
+        raise UsageError(
+            f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}"
         )
     algo = QUANT_ALGO[variant_format]
-    if variant_format == "nvfp4" and v != "latest":
-        raise PipelineError(
-            "format 'nvfp4' needs TensorRT-LLM 1.2 (0.16 has no NVFP4 GEMM plugin) - "
-            "set build.trtllm_version: 1.2",
-            exit_code=2,
+    if algo and algo not in line.quant_algos:
+        raise UsageError(
+            f"format '{variant_format}' ({algo}) is not known to TensorRT-LLM {version} - "
+            f"set build.trtllm_version: {trtllm.newest_with(algo)}"
         )
     if b.max_input_len > b.max_seq_len:
-        raise PipelineError(
+        raise UsageError(
             f"build.max_input_len {b.max_input_len} exceeds build.max_seq_len {b.max_seq_len} - "
-            "trtllm-build would clip it; lower max_input_len",
-            exit_code=2,
+            "trtllm-build would clip it; lower max_input_len"
         )
     world = b.tp_size * b.pp_size
     ckpt_world = _checkpoint_world_size(checkpoint_dir)
     if ckpt_world is not None and ckpt_world != world:
-        raise PipelineError(
+        raise UsageError(
             f"checkpoint {checkpoint_dir} was exported for {ckpt_world} rank(s) but build.tp_size x "
-            f"pp_size = {world} - re-run 'lpx quantize' after changing tp_size/pp_size",
-            exit_code=2,
+            f"pp_size = {world} - re-run 'lpx quantize' after changing tp_size/pp_size"
         )
 
     args: list[tuple[str, object, str]] = [
@@ -212,185 +194,27 @@ def compose(
 
 def _check(v: str, table: dict, flag: str, value: object) -> None:
     if flag not in table:
-        raise PipelineError(
+        raise LpxError(
             f"trtllm-build {v} has no flag {flag} - set build.trtllm_version to a line that has it"
         )
-    choices, _default = table[flag]
+    choices = table[flag]
     if choices is not None and str(value) not in choices:
-        raise PipelineError(f"trtllm-build {v}: {flag} {value} is not one of {', '.join(choices)}")
+        raise LpxError(f"trtllm-build {v}: {flag} {value} is not one of {', '.join(choices)}")
     if choices is None and isinstance(value, int) and value < 1:
-        raise PipelineError(f"trtllm-build {v}: {flag} must be a positive integer, not {value}")
+        raise LpxError(f"trtllm-build {v}: {flag} must be a positive integer, not {value}")
 
 
-def find_binary(binary: str | None = None) -> list[str]:
-    """The command that runs trtllm-build: `binary`, else $LPX_TRTLLM_BUILD, else trtllm-build on PATH."""
-    spec = binary or os.environ.get(BINARY_ENV)
-    if spec:
-        cmd = shlex.split(spec)
-        if cmd and (shutil.which(cmd[0]) or Path(cmd[0]).is_file()):
-            return cmd
-        raise PipelineError(
-            f"{BINARY_ENV}={spec!r} does not name a program - point it at trtllm-build or unset it",
-            exit_code=2,
-        )
-    found = shutil.which("trtllm-build")
-    if not found:
-        raise PipelineError(
-            "trtllm-build is not on PATH - run inside the TensorRT-LLM 1.2 container, set "
-            f"{BINARY_ENV}=/path/to/trtllm-build, or use build.target: torch",
-            exit_code=2,
-        )
-    return [found]
-
-
-def _tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the child's process group, SIGKILL it if still there after grace_s, then reap."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
+def key_argv(argv: list[str]) -> list[str]:
+    """The argv as the build key holds it: paths replaced by what they stand for, the timing cache input
+    left out (it changes how fast the build runs, not what it writes)."""
+    out, skip = [argv[0]], False
+    for i, token in enumerate(argv[1:], 1):
+        if skip:
+            skip = False
             continue
-    try:  # the group may outlive its leader: make sure nothing of it is left
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def run_build(
-    argv: list[str],
-    log_path: Path,
-    timeout_s: float,
-    binary: str | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> float:
-    """Run trtllm-build (argv[0] is replaced by the resolved binary), stream its output to log_path
-    and to progress(line), and return the elapsed seconds. Raises PipelineError, with the log tail
-    in `detail`, on a non-zero exit or a timeout; the child's process group is killed on timeout
-    and on KeyboardInterrupt."""
-    cmd = find_binary(binary) + [str(a) for a in argv[1:]]
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + shlex.join(cmd) + "\n")
-        log.flush()
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-                bufsize=1,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise PipelineError(
-                f"cannot start {cmd[0]}: {exc} - check {BINARY_ENV} or PATH", exit_code=2
-            ) from None
-
-        def pump() -> None:  # keeps draining the pipe even if progress() fails, so the child never blocks
-            assert proc.stdout is not None
-            report = progress
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if report is not None:
-                    try:
-                        report(line.rstrip("\n"))
-                    except Exception:
-                        report = None
-
-        reader = threading.Thread(target=pump, name="trtllm-build-log", daemon=True)
-        reader.start()
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            reader.join(timeout=5)
-            raise PipelineError(
-                f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
-                f"raise the build timeout or lower the build limits; log: {log_path}",
-                detail=_tail(log_path),
-            ) from None
-        except BaseException:  # KeyboardInterrupt and friends: never leave a build running
-            _kill_group(proc)
-            reader.join(timeout=5)
-            raise
-        reader.join(timeout=30)
-    elapsed = time.monotonic() - start
-    if rc < 0:  # killed from outside, most often by the kernel's OOM killer
-        raise PipelineError(
-            f"trtllm-build was killed by {signal.Signals(-rc).name} (exit code {rc}) - if the machine "
-            f"ran out of memory, lower build.max_batch_size/max_num_tokens or use fewer workers; log: "
-            f"{log_path}",
-            detail=_tail(log_path),
-        )
-    if rc != 0:
-        raise PipelineError(
-            f"trtllm-build failed (exit code {rc}) - see the log tail below or {log_path}",
-            detail=_tail(log_path),
-        )
-    return elapsed
-
-
-def _nvidia_smi() -> dict[str, str | None]:
-    out = {"gpu": None, "sm": None, "driver": None}
-    if not shutil.which("nvidia-smi"):
-        return out
-    try:
-        res = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return out
-    first = res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""
-    parts = [p.strip() for p in first.split(",")]
-    if len(parts) == 3:
-        out = {"gpu": parts[0], "sm": "sm" + parts[1].replace(".", ""), "driver": parts[2]}
+        if token in UNKEYED_FLAGS:
+            skip = True
+            continue
+        prev = argv[i - 1]
+        out.append(PATH_FLAGS.get(prev, token) if prev in PATH_FLAGS else token)
     return out
-
-
-def _version(*dists: str) -> str | None:
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _cuda_version() -> str | None:
-    try:
-        import torch
-
-        return torch.version.cuda
-    except Exception:
-        return None
-
-
-def engine_versions() -> dict:
-    """GPU, SM, driver, CUDA, TensorRT and TensorRT-LLM versions for the manifest (None where absent)."""
-    return {
-        **_nvidia_smi(),
-        "cuda": _cuda_version(),
-        "tensorrt": _version("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12"),
-        "tensorrt_llm": _version("tensorrt_llm", "tensorrt-llm"),
-    }

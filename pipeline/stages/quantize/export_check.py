@@ -6,10 +6,7 @@ transformers 4.x kept them; transformers 5 keeps both in `config.rope_parameters
 config.json has no `rotary_base` / `rotary_scaling` and TensorRT-LLM silently falls back to base 10000
 without scaling (wrong outputs for Llama-3.x, Qwen2.5, Mistral).
 
-Source side (HF config.json, both styles read):
-  transformers 5: `rope_parameters` {rope_type, rope_theta, factor, ...}
-  transformers 4.x: `rope_theta` + `rope_scaling` {type | rope_type, factor, ...} (null: plain RoPE)
-  rope types: default, linear, dynamic, yarn, llama3, longrope (transformers' modeling_rope_utils.py)
+Source side: HF config.json in both styles, normalized by source_config.py.
 
 TensorRT-LLM side, names as TensorRT-LLM defines them (read 2026-12-03 from NVIDIA/TensorRT-LLM):
   tensorrt_llm/models/modeling_utils.py  PretrainedConfig: vocab_size, hidden_act, norm_epsilon,
@@ -30,7 +27,7 @@ TensorRT-LLM side, names as TensorRT-LLM defines them (read 2026-12-03 from NVID
   tests/contracts/trtllm_checkpoint.json holds the field list these names were checked against.
 
 Rules: a field the export lacks is written when the mapping is certain, and the fix is recorded in the
-manifest; a field present with another meaning is refused (PipelineError naming the field, the
+manifest; a field present with another meaning is refused (LpxError naming the field, the
 source value and the export's value). Sliding windows have no field in a TensorRT-LLM checkpoint: a
 window at least build.max_seq_len long never truncates attention, a shorter one is refused before work
 (`check_sliding_window`).
@@ -39,15 +36,19 @@ window at least build.max_seq_len long never truncates attention, a shorter one 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from ...errors import PipelineError
-
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
-DEFAULT_THETA = (
-    10000.0  # transformers' RotaryEmbeddingConfigMixin.default_theta and LLaMAConfig's rotary_base
+from ...errors import LpxError, UsageError
+from .source_config import (
+    ROPE_TYPES,
+    hf_rope_4x,
+    number,
+    read_rope,
+    source_fields,
+    text_config,
+    yarn_attention_factor,
 )
+
 TRTLLM_YARN_DEFAULTS = {
     "beta_fast": 32.0,
     "beta_slow": 1.0,
@@ -56,78 +57,6 @@ TRTLLM_YARN_DEFAULTS = {
     "original_max_position_embeddings": 4096,
 }
 FIX = "re-export with a ModelOpt/transformers pair that writes it, or report it to LPX"
-
-
-def _text(cfg: dict) -> dict:
-    return cfg.get("text_config") or cfg
-
-
-def _num(v):
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-
-
-def read_rope(cfg: dict) -> tuple[float, dict]:
-    """(rope base, scaling) of an HF config dict in either style. Scaling is {"rope_type": ..., params}
-    with transformers' defaults applied (so two configs that differ only in spelling compare equal)."""
-    cfg = _text(cfg)
-    params = cfg.get("rope_parameters")
-    if isinstance(params, dict) and params and not all(isinstance(v, dict) for v in params.values()):
-        raw = dict(params)
-    else:
-        raw = dict(cfg.get("rope_scaling") or {})
-    theta = raw.pop("rope_theta", None)
-    if theta is None:
-        theta = cfg.get("rope_theta", DEFAULT_THETA)
-    rope_type = raw.pop("rope_type", None) or raw.pop("type", None) or "default"
-    raw.pop("type", None)
-    partial = raw.pop("partial_rotary_factor", cfg.get("partial_rotary_factor"))
-    scaling = {"rope_type": rope_type, **{k: v for k, v in raw.items() if v is not None}}
-    if partial is not None:
-        scaling["partial_rotary_factor"] = float(partial)
-    if rope_type in ("llama3", "yarn", "longrope"):
-        scaling.setdefault(
-            "original_max_position_embeddings",
-            cfg.get("original_max_position_embeddings") or cfg.get("max_position_embeddings"),
-        )
-    if rope_type == "yarn":
-        scaling.setdefault("beta_fast", 32.0)
-        scaling.setdefault("beta_slow", 1.0)
-        scaling.setdefault("truncate", True)
-    return float(theta), scaling
-
-
-def yarn_attention_factor(s: dict) -> float:
-    """The attention factor transformers' `_compute_yarn_parameters` derives when none is given."""
-    factor = s.get("factor") or 1.0
-
-    def get_mscale(scale, m=1.0):
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if s.get("mscale") and s.get("mscale_all_dim"):
-        return float(get_mscale(factor, s["mscale"]) / get_mscale(factor, s["mscale_all_dim"]))
-    return get_mscale(factor)
-
-
-def source_fields(cfg: dict) -> dict:
-    """The numerics-relevant fields of a source HF config, in one normalized form."""
-    c = _text(cfg)
-    theta, scaling = read_rope(c)
-    heads = int(c["num_attention_heads"])
-    window = c.get("sliding_window")
-    if c.get("use_sliding_window") is False:  # Qwen2: transformers sets the window to None then
-        window = None
-    return {
-        "rope_theta": theta,
-        "rope_scaling": scaling,
-        "rms_norm_eps": _num(c.get("rms_norm_eps", c.get("layer_norm_epsilon"))),
-        "hidden_act": c.get("hidden_act"),
-        "head_size": int(c.get("head_dim") or int(c["hidden_size"]) // heads),
-        "num_key_value_heads": int(c.get("num_key_value_heads") or heads),
-        "vocab_size": int(c["vocab_size"]),
-        "tie_word_embeddings": bool(c.get("tie_word_embeddings", False)),
-        "max_position_embeddings": c.get("max_position_embeddings"),
-        "sliding_window": window,
-    }
 
 
 def trtllm_rotary_scaling(src: dict, where: str, found=None) -> dict | None:
@@ -215,7 +144,7 @@ def _trtllm_scaling_meaning(value) -> dict | None:
             "long_factor",
         ):
             if k in value:
-                out[k] = _num(value[k])
+                out[k] = number(value[k])
     return out
 
 
@@ -226,7 +155,7 @@ def _short(v) -> str:
 
 def _refuse(where: str, field: str, source, found, why: str) -> None:
     found_s = "no value" if found is None else _short(found)
-    raise PipelineError(
+    raise LpxError(
         f"{where}: {field}: the source config says {source if isinstance(source, str) else _short(source)}"
         f" but the export has {found_s} ({why})"
     )
@@ -320,18 +249,6 @@ def _check_tied(src: dict, cfg: dict, trtllm_dir: Path, where: str) -> None:
             )
 
 
-def hf_rope_4x(cfg: dict) -> dict:
-    """The transformers 4.x spelling (rope_theta + rope_scaling) of an HF config's rope settings: the
-    same parameters as `rope_parameters`, without rope_theta (null scaling for plain RoPE)."""
-    theta, s = read_rope(cfg)
-    scaling = None
-    params = cfg.get("rope_parameters")
-    if s["rope_type"] != "default":
-        raw = params if isinstance(params, dict) and params else (cfg.get("rope_scaling") or {})
-        scaling = {k: v for k, v in raw.items() if k not in ("rope_theta", "partial_rotary_factor")}
-    return {"rope_theta": theta, "rope_scaling": scaling}
-
-
 def check_hf(source_config: dict, hf_dir: Path, where: str) -> list[str]:
     """Check the unified HF checkpoint's config.json against the source; write the transformers 4.x rope keys
     beside transformers 5's `rope_parameters` so either reader gets the same RoPE. Returns the fixes."""
@@ -353,7 +270,7 @@ def check_hf(source_config: dict, hf_dir: Path, where: str) -> list[str]:
         if src[field] != got[field]:
             _refuse(where, f"hf/config.json {field}", src[field], got[field], FIX)
     fixes = []
-    text = _text(cfg)
+    text = text_config(cfg)
     legacy = {k: text[k] for k in ("rope_theta", "rope_scaling", "max_position_embeddings") if k in text}
     theta, scaling = read_rope(text)
     old_theta, old_scaling = read_rope(legacy)
@@ -387,11 +304,10 @@ def check_sliding_window(source_config: dict, max_seq_len: int, where: str) -> N
     same; a shorter one has no TensorRT-LLM checkpoint field and is refused before work."""
     window = source_fields(source_config)["sliding_window"]
     if window is not None and int(window) < max_seq_len:
-        raise PipelineError(
+        raise UsageError(
             f"{where}: sliding_window: the source config says {window} but a TensorRT-LLM checkpoint has no sliding "
             f"window field (absent: full attention up to build.max_seq_len {max_seq_len}) - set build.max_seq_len "
-            f"<= {window}",
-            exit_code=2,
+            f"<= {window}"
         )
 
 
@@ -401,17 +317,16 @@ def check_llmapi_options(source_config: dict, options: dict, where: str) -> None
     src = source_fields(source_config)
     limit = src["max_position_embeddings"]
     if limit and options.get("max_seq_len", 0) > int(limit):
-        raise PipelineError(
+        raise UsageError(
             f"{where}: llm_api_options max_seq_len {options['max_seq_len']} but the checkpoint's "
-            f"max_position_embeddings is {limit} - lower build.max_seq_len",
-            exit_code=2,
+            f"max_position_embeddings is {limit} - lower build.max_seq_len"
         )
     check_sliding_window(source_config, int(options.get("max_seq_len", 0)), where)
     overrides = sorted(
         k for k in options if k in src or k in ("rope_theta", "rope_scaling", "rope_parameters")
     )
     if overrides:
-        raise PipelineError(
+        raise LpxError(
             f"{where}: llm_api_options would override model fields {', '.join(overrides)} - "
             "LPX writes none; remove them"
         )

@@ -20,11 +20,10 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ...config import Config
-from ...errors import PipelineError
+from ...errors import LpxError
+from ...facts import trtllm
 from ...runtime.tensors import TRTLLM_IO, trtllm_specs
-
-# build.trtllm_version -> version key of tests/contracts/tensorrtllm_backend_models.json
-CONTRACT_VERSION = {"1.2": "latest", "0.16": "v0.16.0"}
+from .pbtxt import declare
 
 # Knobs (module constants for now; to move into lpx.yaml's config later).
 KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9
@@ -100,8 +99,6 @@ PARAMETER_KEYS: dict[str, frozenset[str]] = {
         "xgrammar_tokenizer_info_path",
     },
 }
-# Parameters the backend cannot run without (contract: required template variables inside parameters).
-REQUIRED_KEYS = frozenset({"gpt_model_type", "gpt_model_path"})
 # Fixed values of upstream's template (no template variable).
 FIXED = {
     "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -111,19 +108,9 @@ FIXED = {
 STEP_RENAMES = {"v0.16.0": {"seed": "random_seed"}, "latest": {}}
 
 
-def contract_version(cfg: Config) -> str:
-    try:
-        return CONTRACT_VERSION[cfg.build.trtllm_version]
-    except KeyError:
-        raise PipelineError(
-            f"build.trtllm_version '{cfg.build.trtllm_version}' has no Triton backend contract - "
-            f"use one of {', '.join(CONTRACT_VERSION)}"
-        ) from None
-
-
 def counts_tokens(cfg: Config) -> bool:
     """Whether the targeted backend's tensorrt_llm model has return_num_output_tokens/num_output_tokens."""
-    version = contract_version(cfg)
+    version = trtllm.contract_version(cfg.build.trtllm_version)
     return any(row[0] == "num_output_tokens" for row in TRTLLM_IO[version]["out"])
 
 
@@ -132,21 +119,20 @@ def _bool(value: bool) -> str:
 
 
 def parameters(cfg: Config, engine_path: Path) -> dict[str, str]:
-    """The tensorrt_llm model's parameters for cfg's contract version (only keys that version lists)."""
-    version = contract_version(cfg)
+    """The tensorrt_llm model's parameters for cfg's contract version (only keys that version lists);
+    engine_path: the absolute path of the repository's copy of the engine."""
+    version = trtllm.contract_version(cfg.build.trtllm_version)
     if BATCH_SCHEDULER_POLICY not in BATCH_SCHEDULER_POLICIES:
-        raise PipelineError(
+        raise LpxError(
             f"batch_scheduler_policy '{BATCH_SCHEDULER_POLICY}' is not one of "
             f"{', '.join(BATCH_SCHEDULER_POLICIES)}"
         )
     if not 0 < KV_CACHE_FREE_GPU_MEM_FRACTION <= 1:
-        raise PipelineError(
-            f"kv_cache_free_gpu_mem_fraction {KV_CACHE_FREE_GPU_MEM_FRACTION} must be in (0, 1]"
-        )
+        raise LpxError(f"kv_cache_free_gpu_mem_fraction {KV_CACHE_FREE_GPU_MEM_FRACTION} must be in (0, 1]")
     params = {
         **FIXED,
         "gpt_model_type": "inflight_fused_batching",
-        "gpt_model_path": str(Path(engine_path).resolve()),
+        "gpt_model_path": str(engine_path),
         "max_beam_width": str(MAX_BEAM_WIDTH),
         "decoding_mode": DECODING_MODE,
         "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
@@ -157,7 +143,7 @@ def parameters(cfg: Config, engine_path: Path) -> dict[str, str]:
     }
     unknown = set(params) - PARAMETER_KEYS[version]
     if unknown:  # a programming error: never write a key the targeted backend does not read
-        raise PipelineError(f"tensorrt_llm parameters {sorted(unknown)} are not in backend {version}")
+        raise LpxError(f"tensorrt_llm parameters {sorted(unknown)} are not in backend {version}")
     return params
 
 
@@ -167,7 +153,7 @@ def read_engine_config(engine_dir: Path) -> dict:
     try:
         engine = json.loads((engine_dir / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(
+        raise LpxError(
             f"{engine_dir} is not a TensorRT-LLM engine folder (no readable config.json: {exc}) - "
             "rebuild it with 'lpx build' (build.target: engine)"
         ) from None
@@ -176,7 +162,7 @@ def read_engine_config(engine_dir: Path) -> dict:
         or not isinstance(engine.get("build_config"), dict)
         or not list(engine_dir.glob("rank*.engine"))
     ):
-        raise PipelineError(
+        raise LpxError(
             f"{engine_dir} is not a TensorRT-LLM engine folder (needs config.json with "
             "build_config and rank*.engine) - rebuild it with 'lpx build' (build.target: engine)"
         )
@@ -196,22 +182,22 @@ def check_engine(
     chunked_context: bool = ENABLE_CHUNKED_CONTEXT,
     policy: str = BATCH_SCHEDULER_POLICY,
 ) -> None:
-    """Cross-checks of the Triton config against the engine's config.json; raises PipelineError naming both."""
+    """Cross-checks of the Triton config against the engine's config.json; raises LpxError naming both."""
     build = engine.get("build_config", {})
     built_version = str(engine.get("version", ""))
     want = cfg.build.trtllm_version
     if built_version and built_version != want and not built_version.startswith(want + "."):
-        raise PipelineError(
+        raise LpxError(
             f"The engine was built by TensorRT-LLM {built_version} but build.trtllm_version is "
             f"{want} - rebuild the engine with 'lpx build' or set build.trtllm_version to match"
         )
     engine_mbs = build.get("max_batch_size")
     if engine_mbs is None:
-        raise PipelineError(
+        raise LpxError(
             "The engine's config.json has no build_config.max_batch_size - rebuild it with 'lpx build'"
         )
     if cfg.build.max_batch_size > int(engine_mbs):
-        raise PipelineError(
+        raise LpxError(
             f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
             f"engine's build_config.max_batch_size {engine_mbs} - lower build.max_batch_size to "
             f"{engine_mbs} or rebuild the engine with 'lpx build'"
@@ -222,13 +208,13 @@ def check_engine(
         (policy == "max_utilization", "batch_scheduler_policy max_utilization"),
     ):
         if wanted and not _enabled(paged):
-            raise PipelineError(
+            raise LpxError(
                 f"{name} needs an engine built with use_paged_context_fmha, but the engine's "
                 f"plugin_config.use_paged_context_fmha is {paged!r} - rebuild with "
                 "--use_paged_context_fmha enable, or turn it off"
             )
     if streaming and not decoupled:
-        raise PipelineError(
+        raise LpxError(
             f"streaming {streaming} needs the tensorrt_llm model decoupled, but decoupled is "
             f"{decoupled} - set decoupled true or turn streaming off"
         )
@@ -236,23 +222,14 @@ def check_engine(
 
 def model_config(cfg: Config, engine_path: Path) -> mc.ModelConfig:
     """The `tensorrt_llm` ModelConfig of the engine target."""
-    version = contract_version(cfg)
+    version = trtllm.contract_version(cfg.build.trtllm_version)
     mbs = cfg.build.max_batch_size
-    conf = mc.ModelConfig(name="tensorrt_llm", backend="tensorrtllm", max_batch_size=mbs)
+    conf = declare(
+        mc.ModelConfig(name="tensorrt_llm", backend="tensorrtllm", max_batch_size=mbs),
+        trtllm_specs(version, "in", DATA_TYPES),
+        trtllm_specs(version, "out", DATA_TYPES),
+    )
     conf.model_transaction_policy.decoupled = DECOUPLED
-    for spec in trtllm_specs(version, "in", DATA_TYPES):
-        tensor = conf.input.add(
-            name=spec.name,
-            data_type=mc.DataType.Value(spec.dtype),
-            dims=spec.dims,
-            optional=spec.optional,
-            allow_ragged_batch=spec.ragged,
-        )
-        if spec.reshape is not None:
-            tensor.reshape.SetInParent()
-            tensor.reshape.shape.extend(spec.reshape)
-    for spec in trtllm_specs(version, "out", DATA_TYPES):
-        conf.output.add(name=spec.name, data_type=mc.DataType.Value(spec.dtype), dims=spec.dims)
     conf.dynamic_batching.preferred_batch_size.append(mbs)
     conf.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_MICROSECONDS
     conf.dynamic_batching.default_queue_policy.max_queue_size = MAX_QUEUE_SIZE

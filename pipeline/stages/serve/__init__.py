@@ -1,4 +1,12 @@
-"""Serving glue for the CLI: run Triton on a repository artifact, smoke-test it, or serve until stopped."""
+"""The serve stage: run Triton on a variant's repository, stream one completion and stop (`lpx run`), or
+serve until stopped (`lpx serve`). Nothing is cached here: serving writes no artifact.
+
+  __init__.py      preflight, which repository to serve, the smoke test and serve-until-stopped
+  selection.py     which engine this machine may serve (GPU arch, TensorRT-LLM version)
+  binary.py        finding tritonserver; the nvidia-pytriton wheel's backends and environment
+  ranks.py         the MPI command line for an engine built for several GPUs
+  tritonserver.py  the tritonserver child process: ports, readiness, clean stop
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,7 @@ from rich.console import Console
 from ...artifacts import Artifact, home
 from ...config import Config
 from ...demo import DEMO_PROMPT
-from ...errors import PipelineError
+from ...errors import NotFound, StageFailed, UsageError
 from ...progress import Reporter
 
 SMOKE_TOKENS = 48
@@ -20,10 +28,11 @@ SMOKE_TOKENS = 48
 
 def preflight(cfg: Config) -> None:
     """Fail before quantizing anything when serving cannot work: no tritonserver, or a busy port."""
-    _server(cfg, "preflight", None).preflight()
+    server(cfg, "preflight", None).preflight()
 
 
-def _server(cfg: Config, variant: str, repo: Artifact | None):
+def server(cfg: Config, variant: str, repo: Artifact | None):
+    """A TritonServer (not started) on `repo` with the serving section's host, ports and timeouts."""
     from .tritonserver import TritonServer
 
     s = cfg.serving
@@ -52,30 +61,28 @@ def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter,
     """Start Triton, stream one completion over gRPC, print text, TTFT and tokens/s, stop."""
     from ...client import generate_stream
 
-    server = _server(cfg, variant, repo)
+    triton = server(cfg, variant, repo)
     report.stage("serve", variant, "starting tritonserver")
     t0 = time.perf_counter()
-    with server:
+    with triton:
         report.stage(
             "serve",
             variant,
             f"[green]ready[/green] in {time.perf_counter() - t0:.1f}s "
-            f"(gRPC {server.grpc_url}, HTTP {server.http_url})",
+            f"(gRPC {triton.grpc_url}, HTTP {triton.http_url})",
         )
         out.print(f"[bold]prompt:[/bold] {DEMO_PROMPT}")
         out.print("[bold]output:[/bold] ", end="")
         start = time.perf_counter()
         chunks = []
         for chunk in generate_stream(
-            server.grpc_url, DEMO_PROMPT, SMOKE_TOKENS, model="ensemble", protocol="grpc"
+            triton.grpc_url, DEMO_PROMPT, SMOKE_TOKENS, model="ensemble", protocol="grpc"
         ):
             chunks.append(chunk)
             out.print(chunk.text, end="", markup=False, highlight=False)
         out.print()
     if not chunks:
-        raise PipelineError(
-            f"The server answered with no tokens - see the Triton log under {home() / 'logs'}"
-        )
+        raise StageFailed(f"The server answered with no tokens - see the Triton log under {home() / 'logs'}")
     ttft = chunks[0].t - start
     total = chunks[-1].t - start
     rate = (len(chunks) - 1) / (total - ttft) if len(chunks) > 1 and total > ttft else float("nan")
@@ -93,17 +100,17 @@ def _record_path() -> Path:
 def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Reporter) -> None:
     from .tritonserver import serve_forever
 
-    server = _server(cfg, variant, repo)
-    with server:
+    triton = server(cfg, variant, repo)
+    with triton:
         rec = _record_path()
         rec.parent.mkdir(parents=True, exist_ok=True)
         rec.write_text(
             json.dumps(
                 {
                     "pid": os.getpid(),
-                    "grpc_url": server.grpc_url,
-                    "http_url": server.http_url,
-                    "metrics_url": server.metrics_url,
+                    "grpc_url": triton.grpc_url,
+                    "http_url": triton.http_url,
+                    "metrics_url": triton.metrics_url,
                     "repo": str(repo.path),
                     "model": cfg.model.name,
                     "variant": variant,
@@ -113,11 +120,11 @@ def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Report
         report.stage(
             "serve",
             variant,
-            f"[green]ready[/green]: gRPC {server.grpc_url}, HTTP {server.http_url}, "
-            f"metrics {server.metrics_url} - Ctrl-C to stop",
+            f"[green]ready[/green]: gRPC {triton.grpc_url}, HTTP {triton.http_url}, "
+            f"metrics {triton.metrics_url} - Ctrl-C to stop",
         )
         try:
-            serve_forever(server)
+            serve_forever(triton)
         finally:
             rec.unlink(missing_ok=True)
     report.stage("serve", variant, "stopped")
@@ -130,6 +137,25 @@ def running_server() -> dict:
         os.kill(int(info["pid"]), 0)
         return info
     except (OSError, ValueError, KeyError):
-        raise PipelineError(
-            "No running 'lpx serve' found - start one, or pass --url HOST:PORT", exit_code=1
-        ) from None
+        raise NotFound("No running 'lpx serve' found - start one, or pass --url HOST:PORT") from None
+
+
+def serve(cfg: Config, outcomes: list, report: Reporter, out: Console, smoke: bool) -> None:
+    """Serve what the runner built on this machine: `smoke` (lpx run) starts Triton on every variant's
+    repository in turn, streams one completion and stops; otherwise (lpx serve) one variant until stopped.
+    Refuses an engine of another arch or TensorRT-LLM version before Triton starts."""
+    from .selection import choose
+
+    chosen = {o.variant: pick[1] for o in outcomes if (pick := choose(o)) is not None}
+    if not chosen:
+        raise NotFound("Nothing to serve: no variant has a model repository - see the messages above")
+    if smoke:
+        for variant, repo in chosen.items():
+            serve_and_check(cfg, variant, repo, report, out)
+        return
+    if len(chosen) != 1:
+        raise UsageError(
+            f"'lpx serve' serves one variant; pick one with --variant (have: {', '.join(chosen)})"
+        )
+    ((variant, repo),) = chosen.items()
+    serve_forever_repo(cfg, variant, repo, report)

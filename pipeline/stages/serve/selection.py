@@ -4,27 +4,11 @@ TensorRT-LLM version each engine was built for. A mismatch is refused before Tri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from ...artifacts import Artifact
-from ...errors import PipelineError
+from ...errors import LpxError
+from ...facts.gpu import GpuInfo, detect_gpu
 from ...toolchain import version
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    sm: str  # "sm90"
-
-
-def detect_gpu() -> Gpu | None:
-    from ...inspection.doctor import Probe, gpu_state
-
-    state = gpu_state(Probe())
-    if not state or not state.gpus:
-        return None
-    g = state.gpus[0]
-    return Gpu(g.name, "sm" + g.compute_cap.replace(".", ""))
 
 
 def engine_trtllm_version(engine: Artifact) -> str | None:
@@ -38,35 +22,35 @@ def engine_trtllm_version(engine: Artifact) -> str | None:
 
 def select(
     candidates: list[tuple[Artifact, Artifact]],
-    gpu: Gpu | None,
+    gpu: GpuInfo | None,
     installed: str | None = None,
 ) -> tuple[Artifact, Artifact]:
     """From (engine, repository) pairs, the one built for this GPU's arch and this TensorRT-LLM."""
     if not candidates:
-        raise PipelineError("No engine built - run 'lpx build'")
+        raise LpxError("No engine built - run 'lpx build'")
     if all(e.manifest["arch"] == "any" for e, _ in candidates):  # torch target: runs anywhere
         return candidates[0]
     if gpu is None:
         archs = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
-        raise PipelineError(
+        raise LpxError(
             f"No NVIDIA GPU found (NVML and nvidia-smi see none), so none of the engines "
             f"({archs}) can be served here - run 'lpx doctor', or serve on a GPU of one of those archs"
         )
     installed = installed if installed is not None else version("tensorrt_llm")
-    same_arch = [(e, r) for e, r in candidates if e.manifest["arch"] == gpu.sm]
+    same_arch = [(e, r) for e, r in candidates if e.manifest["arch"] == gpu.arch]
     if not same_arch:
         built = ", ".join(sorted(e.manifest["arch"] for e, _ in candidates))
-        raise PipelineError(
-            f"This GPU is {gpu.name} ({gpu.sm}) but the engines were built for {built} - "
-            f"add {gpu.sm} to build.archs and run 'lpx build' on a {gpu.sm} machine"
+        raise LpxError(
+            f"This GPU is {gpu.name} ({gpu.arch}) but the engines were built for {built} - "
+            f"add {gpu.arch} to build.archs and run 'lpx build' on a {gpu.arch} machine"
         )
     for e, r in same_arch:
         built_with = engine_trtllm_version(e)
         if installed is None or built_with is None or built_with == installed:
             return e, r
     e = same_arch[0][0]
-    raise PipelineError(
-        f"The {gpu.sm} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
+    raise LpxError(
+        f"The {gpu.arch} engine was built with TensorRT-LLM {engine_trtllm_version(e)} but this machine "
         f"has TensorRT-LLM {installed}; engines only load in the version that built them - "
         "rebuild with 'lpx build --force' here, or serve from a container with the same version"
     )

@@ -1,4 +1,6 @@
-"""`lpx bench`: sweep concurrency levels (closed loop) or one request rate (open loop) against a URL."""
+"""`lpx bench`: sweep concurrency levels (closed loop) or one request rate (open loop) against a URL, or
+against a variant LPX builds and serves for the purpose (`served_variant`); the command line is
+pipeline/cli/tools.py's."""
 
 from __future__ import annotations
 
@@ -7,11 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import click
-
-from ..errors import PipelineError
+from ..errors import LpxError, StageFailed, UsageError
+from ..facts.gpu import lookup_gpu
 from . import report, roofline
-from .compare import _artifacts, parse_variant
+from .compare import parse_variant
 from .load import COUNT_INPUT, ENGINE, LoadSpec, model_inputs, run_closed, run_open
 from .metrics import parse_slo, summarize
 
@@ -20,9 +21,9 @@ def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise PipelineError(f"Bad --concurrency {text!r} - use a comma list such as 1,4,16,64") from None
+        raise LpxError(f"Bad --concurrency {text!r} - use a comma list such as 1,4,16,64") from None
     if not levels or min(levels) < 1:
-        raise PipelineError(f"Bad --concurrency {text!r} - every level must be >= 1")
+        raise LpxError(f"Bad --concurrency {text!r} - every level must be >= 1")
     return levels
 
 
@@ -117,7 +118,7 @@ def bench(
                 doc["roofline_note"] = args
             else:
                 roofline.roofline(doc, *args)
-        except PipelineError as exc:
+        except LpxError as exc:
             doc["roofline_note"] = f"roofline skipped: {exc}"
     if out is not None:
         doc["files"] = {k: str(v) for k, v in report.write(doc, out).items()}
@@ -133,12 +134,12 @@ def roofline_inputs(
 ) -> tuple | str:
     """(Gpu, checkpoint, format, kv dtype) for the roofline, from the options or the variant's quantize
     manifest; a note saying what is missing otherwise."""
-    g = roofline.detect_gpu(doc["environment"].get("gpus") or [], gpu)
+    g = roofline.roofline_gpu(doc["environment"].get("gpus") or [], gpu)
     variant = doc.get("variant") or {}
     if (checkpoint is None or format is None) and variant.get("name"):
         from ..artifacts import Store
 
-        found = _artifacts(Store(), variant, "quantize")
+        found = Store().newest("quantize", variant["name"], variant.get("model"))
         if found:
             res = found[0].manifest.get("results", {})
             checkpoint = checkpoint or found[0].path
@@ -159,33 +160,32 @@ def roofline_inputs(
 
 
 @contextlib.contextmanager
-def _served(config_path: Path | None, variant_name: str | None, protocol: str):
+def served_variant(config_path: Path | None, variant_name: str | None, protocol: str):
     """Run the stages for one variant, serve its repository on 127.0.0.1, yield (url, variant info), stop."""
-    from ..cli import _config
+    from ..config import resolve_config
     from ..progress import Reporter
     from ..runner import Runner
-    from ..stages.serve import _server
+    from ..stages.serve import server as triton_server
     from ..stages.serve.selection import choose
 
     report = Reporter()
-    cfg = _config(config_path, report)
+    cfg = resolve_config(config_path, report)
     variants = cfg.select([variant_name] if variant_name else None)
     if len(variants) != 1:
-        raise PipelineError(
+        raise UsageError(
             "lpx bench -c measures one variant; pick it with --variant "
-            f"(have: {', '.join(v.name for v in variants)})",
-            exit_code=2,
+            f"(have: {', '.join(v.name for v in variants)})"
         )
     runner = Runner(cfg, report)
     outcome = runner.run(variants, "repo")[0]
     runner.raise_gate_failures()
     picked = choose(outcome)
     if picked is None:
-        raise PipelineError(
+        raise StageFailed(
             f"variant '{variants[0].name}' has no model repository to serve - see the messages above"
         )
     engine, repo = picked
-    with _server(cfg, variants[0].name, repo) as server:
+    with triton_server(cfg, variants[0].name, repo) as server:
         report.stage("serve", variants[0].name, f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}")
         yield (
             server.grpc_url if protocol == "grpc" else server.http_url,
@@ -201,102 +201,7 @@ def _served(config_path: Path | None, variant_name: str | None, protocol: str):
         )
 
 
-@click.command("bench")
-@click.option(
-    "--url",
-    default=None,
-    help="HOST:PORT of Triton's gRPC (or HTTP with --protocol http) endpoint. "
-    "Without it, -c/--variant: LPX runs the stages, starts the server, measures and stops it.",
-)
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="lpx.yaml whose variant to serve and measure (default as 'lpx run': $LPX_CONFIG, ./lpx.yaml, demo).",
-)
-@click.option(
-    "--model",
-    default="ensemble",
-    show_default=True,
-    help="'ensemble' (text prompts) or 'tensorrt_llm' (token ids, exact lengths).",
-)
-@click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
-@click.option(
-    "--concurrency", default="1,4,16,64", show_default=True, help="Closed-loop levels, comma separated."
-)
-@click.option(
-    "--rate", type=float, default=None, help="Open loop: requests per second (replaces --concurrency)."
-)
-@click.option(
-    "--burstiness",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Gamma shape of the arrival gaps: 1 = Poisson, < 1 burstier.",
-)
-@click.option("--requests", type=int, default=100, show_default=True, help="Counted requests per level.")
-@click.option("--duration", type=float, default=None, help="Seconds per level instead of --requests.")
-@click.option(
-    "--warmup", type=int, default=10, show_default=True, help="Uncounted requests before each level."
-)
-@click.option("--input-len", type=int, default=128, show_default=True)
-@click.option("--output-len", type=int, default=128, show_default=True)
-@click.option(
-    "--input-len-std",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="> 0: input lengths drawn per request from a normal distribution around --input-len.",
-)
-@click.option("--output-len-std", type=float, default=0.0, show_default=True)
-@click.option(
-    "--dataset",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Prompts from a local .txt (one per paragraph) or .jsonl file (text models only).",
-)
-@click.option(
-    "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
-)
-@click.option(
-    "--vocab", default="100,30000", show_default=True, help="Range LO,HI of random prompt token ids."
-)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
-@click.option(
-    "--out", type=click.Path(path_type=Path), default=None, help="Folder for results.json/.md/plots."
-)
-@click.option(
-    "--label", default=None, help="Name of this run in 'lpx compare' (default: the variant or folder)."
-)
-@click.option(
-    "--variant",
-    "variant_ref",
-    default=None,
-    help="VARIANT or MODEL/VARIANT served: 'lpx compare' adds its eval quality and size on disk.",
-)
-@click.option(
-    "--artifact",
-    type=click.Path(exists=True, path_type=Path),
-    default=None,
-    help="The artifact folder served (engine or checkpoint), for its size on disk.",
-)
-@click.option("--gpu", default=None, help="GPU for the decode roofline (default: detected with nvidia-smi).")
-@click.option(
-    "--checkpoint",
-    type=click.Path(exists=True, path_type=Path),
-    default=None,
-    help="HF checkpoint folder (config.json) for the roofline's weight and KV bytes.",
-)
-@click.option(
-    "--format", "fmt", default=None, help="Weight format for the roofline: none, fp8, int4_awq, ..."
-)
-@click.option(
-    "--kv-dtype", type=click.Choice(["bf16", "fp8", "int8"]), default=None, help="KV cache dtype [bf16]."
-)
-def bench_command(
+def measure(
     url: str | None,
     config_path: Path | None,
     model: str,
@@ -325,15 +230,17 @@ def bench_command(
     dataset: Path | None = None,
     dataset_field: str = "prompt",
     provenance: dict | None = None,
-) -> None:
-    """Measure a served model: TTFT, ITL, E2E, tokens/s and goodput per load level (warm-up excluded)."""
+    echo=print,
+) -> dict[str, Any]:
+    """What `lpx bench` does: measure the model at `url` (or, without one, the variant LPX builds and serves
+    from config_path) and print the report through `echo`; returns the report document."""
     try:
         lo, hi = (int(x) for x in vocab.split(","))
     except ValueError:
-        raise PipelineError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
+        raise LpxError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
     if url is None:
-        with _served(config_path, variant_ref, protocol) as (url, served):
-            return bench_command.callback(
+        with served_variant(config_path, variant_ref, protocol) as (url, served):
+            return measure(
                 url,
                 None,
                 model,
@@ -362,18 +269,17 @@ def bench_command(
                 dataset,
                 dataset_field,
                 provenance=served["provenance"],
+                echo=echo,
             )
     prompts: tuple[str, ...] = ()
     if dataset is not None:
         if model == "tensorrt_llm":
-            raise PipelineError(
-                "--dataset gives text prompts: use it with --model ensemble or tensorrt_llm_bls", 2
-            )
-        from ..stages.quantize.calibration import read_texts
+            raise UsageError("--dataset gives text prompts: use it with --model ensemble or tensorrt_llm_bls")
+        from ..texts import read_texts
 
         prompts = tuple(read_texts(dataset, dataset_field, "--dataset", "--dataset-field")[0])
         if not prompts:
-            raise PipelineError(f"--dataset: {dataset} holds no prompts", exit_code=2)
+            raise UsageError(f"--dataset: {dataset} holds no prompts")
     spec = LoadSpec(
         url=url,
         model=model,
@@ -392,7 +298,7 @@ def bench_command(
     if provenance:  # the config and the key of every artifact behind the served repository
         variant = {**(variant or {}), **provenance}
     if gpu:
-        roofline.lookup_gpu(gpu)  # an unknown name fails before the load runs
+        lookup_gpu(gpu)  # an unknown name fails before the load runs
     roof = {"gpu": gpu, "checkpoint": checkpoint, "format": fmt, "kv_dtype": kv_dtype}
     doc = bench(
         spec,
@@ -404,18 +310,19 @@ def bench_command(
         warmup,
         parse_slo(slo),
         out,
-        echo=click.echo,
+        echo=echo,
         label=label,
         variant=variant,
         roof=roof,
     )
-    click.echo(report.markdown(doc))
+    echo(report.markdown(doc))
     for note in ("plots_note", "roofline_note"):
         if note in doc:
-            click.echo(doc[note])
+            echo(doc[note])
     if out is not None:
-        click.echo(f"Wrote {out}/results.json")
+        echo(f"Wrote {out}/results.json")
     if all(r["succeeded"] == 0 for r in doc["results"]):
-        raise PipelineError(
+        raise StageFailed(
             f"Every request failed against {url} - first errors: {doc['results'][0]['errors'][:2]}"
         )
+    return doc
