@@ -3,7 +3,9 @@
 Layout: $LPX_HOME/artifacts/<kind>/<model>/<variant>/<arch>/<key>/ with manifest.json written last.
 A folder becomes visible only by an atomic rename of a complete temporary folder, so a stage
 killed at any point leaves nothing that a later run takes as complete. An entry whose manifest
-is missing, unreadable or for another key is a miss, never a crash.
+is missing, unreadable or for another key is a miss, never a crash. A staging folder
+(`.tmp-<key>-<pid>`) records its process and that process's start time; `sweep` removes the ones whose
+process is gone. Keys are pipeline/keys.py's; what no config references any more, pipeline/gc.py's.
 """
 
 from __future__ import annotations

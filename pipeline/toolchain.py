@@ -1,4 +1,5 @@
-"""Versions of the tools that shape each stage's output (they go into the cache keys)."""
+"""Versions of the installed tools: the stages put those that write their output into their keys, and
+every manifest records them all."""
 
 from __future__ import annotations
 

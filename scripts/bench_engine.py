@@ -122,8 +122,8 @@ def main() -> None:
     from bench_quantize import SHAPES, write_model
 
     from pipeline.bench import report, roofline
-    from pipeline.bench.command import parse_levels
     from pipeline.bench.metrics import summarize
+    from pipeline.bench.sweep import parse_levels
     from pipeline.progress import quiet_libraries
     from pipeline.runtime.engines.torch_engine import TorchEngine
 

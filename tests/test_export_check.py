@@ -1,6 +1,6 @@
 """Export cross-check (issue 12): real ModelOpt exports of tiny seeded models whose config.json carries
 real models' RoPE / norm / activation / tie / window settings; TensorRT-LLM's names from
-tests/contracts/trtllm_checkpoint.json and pipeline/export_check.py's sources."""
+tests/contracts/trtllm_checkpoint.json and pipeline/stages/quantize/export_check.py's sources."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def _quantized(tmp_path: Path, with_hf: bool = True) -> Path:
         (ckpt / "hf").mkdir()
         for name in HF_FILES:
             (ckpt / "hf" / name).write_text(f"placeholder {name}\n")
-        # the options are checked against the checkpoint's config (pipeline/export_check.py)
+        # the options are checked against the checkpoint's config (pipeline/stages/quantize/export_check.py)
         (ckpt / "hf" / "config.json").write_text(
             json.dumps(
                 {

@@ -18,17 +18,7 @@ from pipeline.stages import repository as repo_stage
 from pipeline.stages.repository.model_configs import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT = next(
-    (
-        p
-        for p in (
-            ROOT / "tests/contracts/tensorrtllm_backend_models.json",
-            ROOT.parent / "shared/contracts/tensorrtllm_backend_models.json",
-        )
-        if p.is_file()
-    ),
-    None,
-)
+CONTRACT = ROOT / "tests/contracts/tensorrtllm_backend_models.json"
 TEXT = "Hello world, the river ran. 中文 😀 naïve café - done"
 
 
@@ -68,10 +58,6 @@ def parsed(repo_dir: Path, model: str) -> mc.ModelConfig:
 
 
 def contract_models() -> dict:
-    if CONTRACT is None:
-        pytest.skip(
-            "tensorrtllm_backend_models.json contract not found (tests/contracts or ../shared/contracts)"
-        )
     return json.loads(CONTRACT.read_text())["versions"]["latest"]["models"]
 
 

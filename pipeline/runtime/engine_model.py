@@ -13,7 +13,7 @@ happens in the engine), so execute() returns at once. Streaming sends deltas cut
 boundaries: tokens whose text ends in an incomplete UTF-8 sequence are held until the character
 completes, so a stateless postprocessing can decode every delta on its own. The FINAL flag rides on
 the response that carries the last tokens (a separate empty final response can lose the last chunk in
-an ensemble, DESIGN.md).
+an ensemble: docs/architecture.md, Triton from the nvidia-pytriton wheel).
 
 An engine has `submit(input_ids, max_new_tokens, end_ids=, temperature=, top_k=, top_p=, seed=)`
 returning a stream: an iterator of token deltas (list[int]) with a `finished` flag and `cancel()`.

@@ -124,7 +124,7 @@ def triton_dtype(model: str, name: str) -> str | None:
 
 # The `tensorrt_llm` model of upstream's backend (engine target), per contract version: every input
 # and output, as tests/contracts/tensorrtllm_backend_models.json lists them. `${var}` data types are
-# template variables that pipeline/stages/engine_repo.py fills. Rows: name, dtype, dims, optional,
+# template variables that pipeline/stages/repository/engine_repo.py fills. Rows: name, dtype, dims, optional,
 # reshape, ragged.
 TRTLLM_IO: dict[str, dict[str, list[tuple]]] = {
     "latest": {

@@ -1,6 +1,6 @@
 """The llmapi target's engine: TensorRT-LLM's LLM API (PyTorch backend, >= 1.2) over an llmapi build
-folder (pipeline/stages/llmapi.py), with the same `submit` as `TorchEngine` so that LPX's Triton model
-(pipeline/engine_model.py) serves either.
+folder (pipeline/stages/build/llmapi.py), with the same `submit` as `TorchEngine` so that LPX's Triton model
+(pipeline/runtime/engine_model.py) serves either.
 
 `tensorrt_llm.LLM(model=<folder>/checkpoint, skip_tokenizer_init=True, **llm_api_options.yaml)` runs on
 one asyncio loop in a background thread (generate_async needs a running loop in the calling thread);

@@ -59,7 +59,7 @@ def read_meta(engine_dir: Path) -> dict[str, Any]:
 
 def load_model(engine_dir: Path, device: str | None = None):
     """Rebuild the quantized model: the HF config, then the ModelOpt state and weights (bit-identical),
-    built on the meta device and filled by the restore, with no weight initialization (pipeline/restore.py)."""
+    built on the meta device and filled by the restore, with no weight initialization (pipeline/runtime/restore.py)."""
     import torch
 
     from ..restore import restore_state

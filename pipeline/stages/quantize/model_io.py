@@ -136,7 +136,7 @@ def export_hf(cfg: Config, variant: Variant, info: CheckpointInfo, model, out: P
 
 def restore(state: Path, dtype: str, on: str | None = None) -> tuple[object, str]:
     """Rebuild the quantized model from LPX's own state folder (config + ModelOpt state), with no weight
-    initialization (pipeline/restore.py). Returns (model, how it was built)."""
+    initialization (pipeline/runtime/restore.py). Returns (model, how it was built)."""
     from ...runtime.restore import restore_state
 
     return restore_state(state, state / STATE_FILE, torch_dtype(dtype), on or device())

@@ -3,7 +3,7 @@ trtllm-build engine folder (config.json + rank*.engine), hard-linked into `tenso
 
 Everything here follows tests/contracts/tensorrtllm_backend_models.json (the contract version is
 picked from build.trtllm_version): backend `tensorrtllm`, decoupled (streaming), every input and
-output of upstream's `tensorrt_llm` model (pipeline/tensors.py TRTLLM_IO), and only `parameters`
+output of upstream's `tensorrt_llm` model (pipeline/runtime/tensors.py TRTLLM_IO), and only `parameters`
 keys the contract lists for that version. Keys LPX does not set are left out (the backend falls back
 to its defaults); the contract's required ones (gpt_model_type, gpt_model_path) are always set.
 
