@@ -95,20 +95,13 @@ def generate_stream(
     raise LpxError(f"Unknown protocol {protocol!r} - use 'grpc' or 'http'")
 
 
-def generate(
-    url: str,
-    prompt: str,
-    max_tokens: int,
-    model: str = "ensemble",
-    protocol: str = "grpc",
-    timeout_s: float = 600.0,
-    **params: Any,
-) -> Result:
-    """Collect a stream: text, time to first chunk, total time, chunk count, chunks/s after the first."""
+def generate(url: str, prompt: str, max_tokens: int, **options: Any) -> Result:
+    """Collect generate_stream(url, prompt, max_tokens, **options): text, time to first chunk, total time,
+    chunk count, chunks/s after the first."""
     t0 = time.perf_counter()
     parts: list[str] = []
     times: list[float] = []
-    for chunk in generate_stream(url, prompt, max_tokens, model, protocol, timeout_s, **params):
+    for chunk in generate_stream(url, prompt, max_tokens, **options):
         parts.append(chunk.text)
         times.append(chunk.t)
     end = time.perf_counter()

@@ -64,23 +64,25 @@ class Variant(Strict):
     quantization: Quantization = Field(default_factory=Quantization)
 
 
-class Calibration(Strict):
+class TextSamples(Strict):
+    """Where a stage's text samples come from (pipeline/texts.py)."""
+
     data: Path | None = Field(
-        None, description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text if unset."
+        None,
+        description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text "
+        "(calibration or held-out) if unset.",
     )
     jsonl_field: str = "text"
     samples: int = Field(32, ge=1)
     seq_len: int = Field(256, ge=8)
+
+
+class Calibration(TextSamples):
     batch_size: int = Field(1, ge=1)
 
 
-class Evaluation(Strict):
-    data: Path | None = Field(
-        None, description="Held-out .txt/.jsonl text; LPX's own held-out text if unset."
-    )
-    jsonl_field: str = "text"
+class Evaluation(TextSamples):
     samples: int = Field(10, ge=1)
-    seq_len: int = Field(256, ge=8)
 
 
 class QualityGate(Strict):

@@ -20,11 +20,15 @@ PACKAGES = {
 
 
 @cache
-def version(name: str) -> str | None:
-    try:
-        return metadata.version(PACKAGES.get(name, name))
-    except metadata.PackageNotFoundError:
-        return None
+def version(*names: str) -> str | None:
+    """The installed version of the first of these distributions that is installed (LPX's short names
+    above, or a distribution name), or None."""
+    for name in names:
+        try:
+            return metadata.version(PACKAGES.get(name, name))
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def versions(*names: str) -> dict[str, str | None]:

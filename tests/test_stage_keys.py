@@ -64,6 +64,23 @@ def assert_cached(lines: dict[str, str], *stages: str) -> None:
         assert " cached " in lines[stage], lines[stage]
 
 
+def built_then_cached(ckpt: Path, target: str) -> None:
+    """Run every stage once; then a changed build.timeout_s re-runs nothing."""
+    first = run(config(ckpt, target))
+    assert all("running" in first[s] for s in STAGE_NAMES)
+    assert_cached(run(config(ckpt, target)), *STAGE_NAMES)
+    assert_cached(run(config(ckpt, target, timeout_s=7)), *STAGE_NAMES)
+
+
+def after_rule_change(monkeypatch, module, rule: str, value, cfg, *cached: str) -> dict[str, str]:
+    """Change one of LPX's rules (a module constant: not the config, not the code), run again, check
+    what stayed cached, and return the report lines."""
+    monkeypatch.setattr(module, rule, value)
+    lines = run(cfg)
+    assert_cached(lines, *cached)
+    return lines
+
+
 # -- keys.explain and the code fingerprint, on their own ---------------------------------------------
 def test_explain_names_each_kind_of_change():
     old = {
@@ -117,16 +134,9 @@ def test_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
 def test_engine_build_reruns_when_the_argv_changes(tiny_checkpoint, isolated_home, monkeypatch):
     monkeypatch.setenv("LPX_TRTLLM_BUILD", f"{sys.executable} {STANDIN}")
     monkeypatch.delenv("STANDIN_FAIL", raising=False)
-    first = run(config(tiny_checkpoint, "engine"))
-    assert all("running" in first[s] for s in STAGE_NAMES)
-    assert_cached(run(config(tiny_checkpoint, "engine")), *STAGE_NAMES)
-    # the build timeout shapes no output: nothing re-runs
-    assert_cached(run(config(tiny_checkpoint, "engine", timeout_s=7)), *STAGE_NAMES)
-
-    # a rule of LPX's changes the composed command (not the config, not the code): the build re-runs
-    monkeypatch.setattr(trtllm_build, "SMALL_BATCH_FP8_GEMM", 8)
-    lines = run(config(tiny_checkpoint, "engine"))
-    assert_cached(lines, "quantize", "eval")
+    built_then_cached(tiny_checkpoint, "engine")
+    cfg = config(tiny_checkpoint, "engine")
+    lines = after_rule_change(monkeypatch, trtllm_build, "SMALL_BATCH_FP8_GEMM", 8, cfg, "quantize", "eval")
     assert "trtllm-build argv changed: --gemm_plugin auto -> fp8" in lines["build"]
     assert "code of" not in lines["build"]
     assert "changed: engine_key:" in lines["repo"]
@@ -142,17 +152,13 @@ def test_engine_build_reruns_when_the_argv_changes(tiny_checkpoint, isolated_hom
 
 @pytest.mark.slow
 def test_torch_build_and_repo_rerun_when_what_they_write_changes(tiny_checkpoint, isolated_home, monkeypatch):
-    run(config(tiny_checkpoint, "torch"))
-    assert_cached(run(config(tiny_checkpoint, "torch", timeout_s=7)), *STAGE_NAMES)
-
-    monkeypatch.setattr(torch_target, "TOKENS_PER_BLOCK", 64)
-    lines = run(config(tiny_checkpoint, "torch"))
-    assert_cached(lines, "quantize", "eval")
+    built_then_cached(tiny_checkpoint, "torch")
+    cfg = config(tiny_checkpoint, "torch")
+    lines = after_rule_change(monkeypatch, torch_target, "TOKENS_PER_BLOCK", 64, cfg, "quantize", "eval")
     assert "lpx_engine.json.tokens_per_block: 32 -> 64" in lines["build"]
-
-    monkeypatch.setattr(model_configs, "BLS_INSTANCE_COUNT", 2)
-    lines = run(config(tiny_checkpoint, "torch"))
-    assert_cached(lines, "quantize", "eval", "build")
+    lines = after_rule_change(
+        monkeypatch, model_configs, "BLS_INSTANCE_COUNT", 2, cfg, "quantize", "eval", "build"
+    )
     assert "config.pbtxt of tensorrt_llm_bls changed: count: 1 -> count: 2" in lines["repo"]
 
     cfg = config(tiny_checkpoint, "torch")
@@ -166,11 +172,11 @@ def test_torch_build_and_repo_rerun_when_what_they_write_changes(tiny_checkpoint
 
 @pytest.mark.slow
 def test_llmapi_build_reruns_when_its_options_change(tiny_checkpoint, isolated_home, monkeypatch):
-    run(config(tiny_checkpoint, "llmapi"))
-    assert_cached(run(config(tiny_checkpoint, "llmapi", timeout_s=7)), *STAGE_NAMES)
-    monkeypatch.setattr(llmapi, "KV_FREE_GPU_MEMORY_FRACTION", 0.8)
-    lines = run(config(tiny_checkpoint, "llmapi"))
-    assert_cached(lines, "quantize", "eval")
+    built_then_cached(tiny_checkpoint, "llmapi")
+    cfg = config(tiny_checkpoint, "llmapi")
+    lines = after_rule_change(
+        monkeypatch, llmapi, "KV_FREE_GPU_MEMORY_FRACTION", 0.8, cfg, "quantize", "eval"
+    )
     assert "llm_api_options.kv_cache_config.free_gpu_memory_fraction: 0.9 -> 0.8" in lines["build"]
     assert "changed: engine_key:" in lines["repo"]
 

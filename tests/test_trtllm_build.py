@@ -4,7 +4,6 @@ tests/standin_trtllm_build.py (TensorRT-LLM cannot be installed here)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers_trtllm import DEMO_LIMITS, STANDIN, run_standin, write_checkpoint
 
+from pipeline.artifacts import owner_alive  # a zombie counts as dead
 from pipeline.config import parse_config
 from pipeline.errors import LpxError
 from pipeline.facts.formats import QUANT_ALGO
@@ -212,42 +212,39 @@ def test_run_build_success(tmp_path, standin_binary, monkeypatch):
     assert (tmp_path / "t.cache").is_file()
 
 
-def test_run_build_failure_has_log_tail(tmp_path, standin_binary, monkeypatch):
-    monkeypatch.setenv("STANDIN_FAIL", "1")
+@pytest.mark.parametrize(
+    "knob,message,in_log_tail",
+    [
+        ("STANDIN_FAIL", "exit code 1", "out of memory"),
+        ("STANDIN_KILLED", "killed by SIGKILL", "Build phase: starting"),
+    ],
+)
+def test_run_build_failures_carry_the_log_tail(
+    tmp_path, standin_binary, monkeypatch, knob, message, in_log_tail
+):
+    """A non-zero exit and a child killed from outside are both failures, with the log's tail attached."""
+    monkeypatch.setenv(knob, "1")
     ckpt = write_checkpoint(tmp_path / "ckpt")
     argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
-    with pytest.raises(LpxError, match="exit code 1") as info:
+    with pytest.raises(LpxError, match=message) as info:
         tr.run_build(argv, tmp_path / "build.log", timeout_s=60)
-    assert "out of memory" in info.value.detail and "build.log" in info.value.message
-
-
-def test_run_build_killed_child_is_a_failure(tmp_path, standin_binary, monkeypatch):
-    monkeypatch.setenv("STANDIN_KILLED", "1")
-    ckpt = write_checkpoint(tmp_path / "ckpt")
-    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
-    with pytest.raises(LpxError, match="killed by SIGKILL") as info:
-        tr.run_build(argv, tmp_path / "build.log", timeout_s=60)
-    assert "Build phase: starting" in info.value.detail
+    assert in_log_tail in info.value.detail and "build.log" in info.value.message
     assert not (tmp_path / "engine" / "config.json").exists()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def test_run_build_timeout_kills_process_group(tmp_path, standin_binary, monkeypatch):
+@pytest.fixture
+def sleeping_build(tmp_path, standin_binary, monkeypatch) -> tuple[list[str], Path]:
+    """(argv, pid file) of a stand-in build that sleeps for a minute and records its processes' pids."""
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("STANDIN_SLEEP", "60")
     monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
     ckpt = write_checkpoint(tmp_path / "ckpt")
     argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+    return argv, pidfile
+
+
+def test_run_build_timeout_kills_process_group(tmp_path, sleeping_build):
+    argv, pidfile = sleeping_build
     start = time.monotonic()
     with pytest.raises(LpxError, match="timeout") as info:
         tr.run_build(argv, tmp_path / "build.log", timeout_s=2)
@@ -255,18 +252,14 @@ def test_run_build_timeout_kills_process_group(tmp_path, standin_binary, monkeyp
     assert "sleeping" in info.value.detail
     pids = [int(p) for p in pidfile.read_text().split()]
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(owner_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids), "a build process outlived the timeout"
+    assert not any(owner_alive(p) for p in pids), "a build process outlived the timeout"
     assert not (tmp_path / "engine").exists()
 
 
-def test_run_build_keyboard_interrupt_kills_child(tmp_path, standin_binary, monkeypatch):
-    pidfile = tmp_path / "pids"
-    monkeypatch.setenv("STANDIN_SLEEP", "60")
-    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
-    ckpt = write_checkpoint(tmp_path / "ckpt")
-    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+def test_run_build_keyboard_interrupt_kills_child(tmp_path, sleeping_build):
+    argv, pidfile = sleeping_build
 
     def interrupt(line: str) -> None:  # raised in the reader thread: emulate Ctrl-C in the main thread
         if "sleeping" in line:
@@ -278,9 +271,9 @@ def test_run_build_keyboard_interrupt_kills_child(tmp_path, standin_binary, monk
         tr.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=interrupt)
     pids = [int(p) for p in pidfile.read_text().split()]
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(owner_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids)
+    assert not any(owner_alive(p) for p in pids)
 
 
 def test_missing_binary_names_the_fix(tmp_path, monkeypatch):
@@ -297,20 +290,10 @@ def test_missing_binary_names_the_fix(tmp_path, monkeypatch):
 def test_engine_versions_shape():
     """The manifest's toolchain record: the installed distributions' versions, None where absent, whether
     or not TensorRT-LLM is installed (it is inside the containers LPX targets, not here)."""
-    from importlib import metadata
-
-    def installed(*dists: str) -> str | None:
-        for dist in dists:
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                pass
-        return None
+    from pipeline import toolchain
 
     versions = tr.engine_versions()
     assert set(versions) == {"gpu", "sm", "driver", "cuda", "tensorrt", "tensorrt_llm"}
-    assert versions["tensorrt_llm"] == installed("tensorrt_llm", "tensorrt-llm")
-    assert versions["tensorrt"] == installed(
-        "tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12"
-    )
+    assert versions["tensorrt_llm"] == toolchain.version("tensorrt_llm", "tensorrt-llm")
+    assert versions["tensorrt"] == toolchain.version(*tr.TENSORRT_DISTS)
     assert all(v is None or isinstance(v, str) and v for v in versions.values()), versions

@@ -11,13 +11,13 @@ checks[]: name, status (PASS|WARN|FAIL), detail, fix (empty when nothing to do).
 from __future__ import annotations
 
 import glob as _glob
-import importlib.metadata
 import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import toolchain
 from ..artifacts import home
 from ..errors import LpxError
 from ..facts.formats import formats_for_sm
@@ -35,13 +35,6 @@ def _read(path: str) -> str | None:
     try:
         return Path(path).read_text()
     except OSError:
-        return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
         return None
 
 
@@ -64,7 +57,7 @@ class Probe:
     glob: Callable[[str], list[str]] = _glob.glob
     which: Callable[[str], str | None] = shutil.which
     nvml: Callable[[], GpuState | None] = nvml_state
-    version: Callable[[str], str | None] = _version
+    version: Callable[[str], str | None] = toolchain.version
     disk_free: Callable[[Path], int] = _disk_free
     tritonserver: Callable[[], Path] = _tritonserver
 

@@ -125,7 +125,9 @@ def triton_dtype(model: str, name: str) -> str | None:
 # The `tensorrt_llm` model of upstream's backend (engine target), per contract version: every input
 # and output, as tests/contracts/tensorrtllm_backend_models.json lists them. `${var}` data types are
 # template variables that pipeline/stages/repository/engine_repo.py fills. Rows: name, dtype, dims, optional,
-# reshape, ragged.
+# reshape, ragged. The two versions share most rows on purpose: each list is a transcription of that
+# version's upstream config.pbtxt, in its order, kept whole so it can be checked against the contract
+# line by line (a `duplicates` run lists the pair; deriving one from the other would hide the differences).
 TRTLLM_IO: dict[str, dict[str, list[tuple]]] = {
     "latest": {
         "in": [

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ...errors import LpxError
-from .stream import DONE, DeltaStream
+from .base import DONE, DeltaStream, Engine, Request, greedy
 
 MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"
 
@@ -54,7 +54,7 @@ def read_build(folder: Path) -> tuple[dict, dict]:
 def sampling_kwargs(temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
     """TensorRT-LLM's request semantics (greedy when temperature is 0, top_k is 1, or neither top_k nor
     top_p is set) as SamplingParams fields: top_k 1 for greedy; None leaves a field unset."""
-    if temperature <= 0 or top_k == 1 or (top_k <= 0 and top_p <= 0):
+    if greedy(temperature, top_k, top_p):
         return {"top_k": 1}
     return {
         "temperature": float(temperature),
@@ -85,7 +85,7 @@ async def _cancel_all() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class LlmApiEngine:
+class LlmApiEngine(Engine):
     """tensorrt_llm.LLM on a background event loop; `submit` as TorchEngine's."""
 
     def __init__(self, folder: Path) -> None:
@@ -109,48 +109,34 @@ class LlmApiEngine:
         # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer
         self.llm = LLM(model=str(self.folder / self.meta["model"]), skip_tokenizer_init=True, **options)
 
-    def submit(
-        self,
-        input_ids: list[int],
-        max_new_tokens: int,
-        end_ids: list[int] | None = None,
-        temperature: float = 0.0,
-        top_k: int = 1,
-        top_p: float = 0.0,
-        seed: int | None = None,
-    ) -> DeltaStream:
+    def check_open(self) -> None:
         if self._closed.is_set():
             raise LpxError("The llmapi engine is closed - restart the server")
-        input_ids = [int(t) for t in input_ids]
-        if not input_ids:
-            raise LpxError("Empty prompt: send at least one token")
-        if self.max_input_len and len(input_ids) > self.max_input_len:
-            raise LpxError(
-                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
-                f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len"
-            )
-        if max_new_tokens < 1 or (self.max_seq_len and len(input_ids) + max_new_tokens > self.max_seq_len):
-            raise LpxError(
-                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
-                f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens"
-            )
+
+    def start(self, request: Request) -> DeltaStream:
+        """Start generate_async for the request on the engine's loop."""
+        end_ids = request.end_ids
         if not end_ids:
             raise LpxError(
                 "No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
                 "generation_config.json"
             )
         params = self._sampling(
-            max_tokens=int(max_new_tokens),
-            end_id=int(end_ids[0]),
-            pad_id=int(end_ids[0]),
-            stop_token_ids=[int(e) for e in end_ids[1:]] or None,
+            max_tokens=request.max_new_tokens,
+            end_id=end_ids[0],
+            pad_id=end_ids[0],
+            stop_token_ids=end_ids[1:] or None,
             include_stop_str_in_output=True,
             detokenize=False,
-            seed=None if seed is None else int(seed),
-            **{k: v for k, v in sampling_kwargs(temperature, top_k, top_p).items() if v is not None},
+            seed=request.seed,
+            **{
+                k: v
+                for k, v in sampling_kwargs(request.temperature, request.top_k, request.top_p).items()
+                if v is not None
+            },
         )
         stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
-        asyncio.run_coroutine_threadsafe(pump(stream, self.llm, input_ids, params), self._loop)
+        asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
         return stream
 
     def cancel(self, stream: DeltaStream) -> None:
@@ -163,12 +149,6 @@ class LlmApiEngine:
 
         if not self._closed.is_set():
             self._loop.call_soon_threadsafe(abort)
-
-    def generate(self, input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> list[int]:
-        stream = self.submit(input_ids, max_new_tokens, **kwargs)
-        for _ in stream:
-            pass
-        return stream.tokens
 
     def close(self) -> None:
         """Shut the LLM down and stop the loop. Safe to call twice."""
@@ -184,9 +164,3 @@ class LlmApiEngine:
                 pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
-
-    def __enter__(self) -> LlmApiEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

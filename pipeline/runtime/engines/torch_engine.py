@@ -2,7 +2,7 @@
 continuous batching (in-flight batching over a paged KV cache). A reference for correctness,
 not a production engine.
 
-`TorchEngine.submit` returns a `DeltaStream` (stream.py): an iterator of token deltas (lists of new token
+`TorchEngine.submit` returns a `DeltaStream` (base.py): an iterator of token deltas (lists of new token
 ids) whose `finished` attribute is true once the delta just returned is the last one, so a
 caller can put a FINAL flag on the last token's response rather than on a separate empty one.
 One dispatcher thread routes the manager's outputs to each request's queue; the manager's own
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import LpxError
-from .stream import DONE, DeltaStream
+from .base import DONE, DeltaStream, Engine, Request, greedy
 
 META_FILE = "lpx_engine.json"
 META_KEYS = (
@@ -106,10 +106,7 @@ def _exact_top1(manager) -> None:
     raise LpxError("transformers' continuous batching has no per-request top-k here - use transformers 5.14")
 
 
-RequestStream = DeltaStream  # the name callers and tests know
-
-
-class TorchEngine:
+class TorchEngine(Engine):
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
     def __init__(
@@ -125,6 +122,7 @@ class TorchEngine:
 
         self.engine_dir = Path(engine_dir)
         self.meta = read_meta(self.engine_dir)
+        self.max_input_len, self.max_seq_len = int(self.meta["max_input_len"]), int(self.meta["max_seq_len"])
         self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
         self.batch_invariant = bool(batch_invariant)
         if self.batch_invariant:
@@ -171,64 +169,37 @@ class TorchEngine:
     def sampling(self, temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
         """Per-request processor kwargs with TensorRT-LLM's meaning: greedy when temperature is 0,
         top_k is 1, or neither top_k nor top_p is set (both <= 0); top_k <= 0 means no top-k limit."""
-        greedy = temperature <= 0 or top_k == 1 or (top_k <= 0 and top_p <= 0)
-        if greedy:
+        if greedy(temperature, top_k, top_p):
             return {"temperature": 1.0, "top_k": 1, "top_p": 1.0}
         top_k = self.vocab_size if top_k <= 0 else min(int(top_k), self.vocab_size)
         top_p = 1.0 if top_p <= 0 or top_p > 1 else float(top_p)
         return {"temperature": float(temperature), "top_k": top_k, "top_p": top_p}
 
-    def submit(
-        self,
-        input_ids: list[int],
-        max_new_tokens: int,
-        end_ids: list[int] | None = None,
-        temperature: float = 0.0,
-        top_k: int = 1,
-        top_p: float = 0.0,
-        seed: int | None = None,
-    ) -> DeltaStream:
-        """Queue one request; returns its stream of token deltas. `seed` is accepted for interface
-        parity but sampling uses the engine-wide generator (transformers has no per-request seed)."""
+    def check_open(self) -> None:
         if self._closed.is_set() or not self._manager.is_running():
             raise LpxError(
                 f"The torch engine is not running ({self._manager.fatal_error or 'closed'}) - "
                 "restart the server; its log has the cause"
             )
-        input_ids = [int(t) for t in input_ids]
-        limit, seq = self.meta["max_input_len"], self.meta["max_seq_len"]
-        if not input_ids:
-            raise LpxError("Empty prompt: send at least one token")
-        if len(input_ids) > limit:
-            raise LpxError(
-                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len {limit} - shorten it or rebuild with a larger build.max_input_len"
-            )
-        if max_new_tokens < 1 or len(input_ids) + max_new_tokens > seq:
-            raise LpxError(
-                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between {len(input_ids) + 1} and max_seq_len {seq} - lower max_tokens"
-            )
-        bad = [t for t in input_ids if not 0 <= t < self.vocab_size]
+
+    def start(self, request: Request) -> DeltaStream:
+        """Add the request to the running batch. `seed` is accepted for interface parity but sampling uses
+        the engine-wide generator (transformers has no per-request seed)."""
+        bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
-            input_ids=input_ids,
+            input_ids=request.input_ids,
             request_id=stream.request_id,
-            max_new_tokens=int(max_new_tokens),
+            max_new_tokens=request.max_new_tokens,
             streaming=True,
-            eos_token_id=list(end_ids) if end_ids else self.default_end_ids,
-            **self.sampling(temperature, top_k, top_p),
+            eos_token_id=request.end_ids or self.default_end_ids,
+            **self.sampling(request.temperature, request.top_k, request.top_p),
         )
         return stream
-
-    def generate(self, input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> list[int]:
-        """All new tokens of one request (blocking)."""
-        stream = self.submit(input_ids, max_new_tokens, **kwargs)
-        for _ in stream:
-            pass
-        return stream.tokens
 
     def cancel(self, request_id: str) -> None:
         """Stop a request; its stream ends (without an error) at the next read."""
@@ -272,9 +243,3 @@ class TorchEngine:
         self._manager.stop(block=True, timeout=10, hard_stop=True)
         self._dispatcher.join(timeout=5)
         self._fail_all(RuntimeError("torch engine closed"))
-
-    def __enter__(self) -> TorchEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -12,13 +12,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from ...errors import StageFailed, UsageError
+from ...toolchain import version
 
 BINARY_ENV = "LPX_TRTLLM_BUILD"
 LOG_TAIL_LINES = 40
+TENSORRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12")
 
 
 def find_binary(binary: str | None = None) -> list[str]:
@@ -143,15 +144,6 @@ def run_build(
     return elapsed
 
 
-def _version(*dists: str) -> str | None:
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _cuda_version() -> str | None:
     try:
         import torch
@@ -166,8 +158,8 @@ def engine_versions() -> dict:
     return {
         **_gpu(),
         "cuda": _cuda_version(),
-        "tensorrt": _version("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12"),
-        "tensorrt_llm": _version("tensorrt_llm", "tensorrt-llm"),
+        "tensorrt": version(*TENSORRT_DISTS),
+        "tensorrt_llm": version("tensorrt_llm", "tensorrt-llm"),
     }
 
 
