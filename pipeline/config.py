@@ -102,7 +102,8 @@ class QualityGate(Strict):
 class Build(Strict):
     target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
     trtllm_version: Literal[TRTLLM_VERSIONS] = Field(  # type: ignore[valid-type]
-        "1.2", description="TensorRT-LLM line the engine/checkpoint must load in: 1.2 (1.2.x) or 0.16."
+        trtllm.BUILD_LINES[0],
+        description=f"TensorRT-LLM line the engine/checkpoint must load in: {' or '.join(trtllm.BUILD_LINES)}.",
     )
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"

@@ -166,3 +166,19 @@ def test_the_repository_stands_alone():
         if p != here and re.search(r"DESIGN\.md|shared/contracts|\.\./shared", t)
     )
     assert cited == []
+
+
+def test_help_imports_nothing_heavy():
+    """`lpx --help` lists every command without importing pydantic, numpy, rich, torch or tritonclient
+    (each command imports what it needs when it runs), so it starts in a fraction of a second."""
+    import subprocess
+
+    code = (
+        "import sys; from click.testing import CliRunner; from pipeline.cli import cli; "
+        "out = CliRunner().invoke(cli, ['--help']).output; assert 'quantize' in out and 'plan' in out, out; "
+        "print(sorted(m for m in ('pydantic', 'numpy', 'rich', 'yaml', 'torch', 'transformers', 'tritonclient') "
+        "if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..facts.models import PRESETS
-from ..facts.trtllm import LINES
+from ..facts.trtllm import BUILD_LINES, LINES
 
 
 @click.command("bench")
@@ -139,7 +139,7 @@ COLORS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}
     "--trtllm",
     "target",
     type=click.Choice(list(LINES)),
-    default="1.2",
+    default=BUILD_LINES[0],
     show_default=True,
     help="TensorRT-LLM line to check the driver against.",
 )

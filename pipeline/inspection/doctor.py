@@ -22,7 +22,7 @@ from ..artifacts import home
 from ..errors import LpxError
 from ..facts.formats import formats_for_sm
 from ..facts.gpu import GpuState, find_gpu, gpu_state, nvml_state, run_command
-from ..facts.trtllm import LINES, PYTRITON_SERVER
+from ..facts.trtllm import BUILD_LINES, LINES, PYTRITON_SERVER
 
 PACKAGES = ("nvidia-modelopt", "transformers", "tritonclient", "tensorrt_llm")
 MIN_FREE_DISK = {"FAIL": 5 * 1024**3, "WARN": 50 * 1024**3}
@@ -261,7 +261,7 @@ def software_checks(probe: Probe) -> list[Check]:
     return checks
 
 
-def diagnose(probe: Probe | None = None, target: str = "1.2") -> dict:
+def diagnose(probe: Probe | None = None, target: str = BUILD_LINES[0]) -> dict:
     """All checks, as the documented JSON structure."""
     probe = probe or Probe()
     checks = gpu_checks(probe, target) + system_checks(probe) + software_checks(probe)

@@ -35,7 +35,7 @@ def find_binary(binary: str | None = None) -> list[str]:
     found = shutil.which("trtllm-build")
     if not found:
         raise UsageError(
-            "trtllm-build is not on PATH - run inside the TensorRT-LLM 1.2 container, set "
+            "trtllm-build is not on PATH - run inside a TensorRT-LLM container (lpx doctor names it), set "
             f"{BINARY_ENV}=/path/to/trtllm-build, or use build.target: torch"
         )
     return [found]
