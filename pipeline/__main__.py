@@ -1,3 +1,5 @@
+"""`python -m pipeline` is `lpx`."""
+
 from .cli import main
 
 main()

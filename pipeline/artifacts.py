@@ -3,25 +3,24 @@
 Layout: $LPX_HOME/artifacts/<kind>/<model>/<variant>/<arch>/<key>/ with manifest.json written last.
 A folder becomes visible only by an atomic rename of a complete temporary folder, so a stage
 killed at any point leaves nothing that a later run takes as complete. An entry whose manifest
-is missing, unreadable or for another key is a miss, never a crash.
+is missing, unreadable or for another key is a miss, never a crash. A staging folder
+(`.tmp-<key>-<pid>`) records its process and that process's start time; `sweep` removes the ones whose
+process is gone. Keys are pipeline/keys.py's; what no config references any more, pipeline/gc.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PipelineError
-
 MANIFEST = "manifest.json"
+OWNER = ".lpx-owner"  # in a staging folder: "<pid> <process start time>", so a reused pid is not taken for its owner
 SCHEMA = 1
 # stage name -> folder under artifacts/
 KINDS = {"quantize": "checkpoints", "eval": "evals", "build": "engines", "repo": "repos"}
@@ -30,52 +29,6 @@ KINDS = {"quantize": "checkpoints", "eval": "evals", "build": "engines", "repo":
 def home() -> Path:
     """Every piece of LPX state lives here; LPX_HOME moves all of it."""
     return Path(os.environ.get("LPX_HOME") or Path.home() / ".cache" / "lpx").expanduser()
-
-
-def canonical_json(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def make_key(inputs: dict) -> str:
-    return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()[:12]
-
-
-def flatten(obj: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(obj, dict):
-        out: dict[str, object] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: obj}
-
-
-def diff_inputs(old: dict, new: dict) -> list[str]:
-    a, b = flatten(old), flatten(new)
-    changes = []
-    for k in sorted(set(a) | set(b)):
-        if a.get(k, "<unset>") != b.get(k, "<unset>"):
-            changes.append(f"{k}: {_short(a.get(k, '<unset>'))} -> {_short(b.get(k, '<unset>'))}")
-    return changes
-
-
-def _short(v: object) -> str:
-    s = canonical_json(v) if not isinstance(v, str) else v
-    return s if len(s) <= 40 else s[:37] + "..."
-
-
-def file_fingerprint(path: Path, content_limit: int = 64 << 20) -> dict[str, object]:
-    """Identity of a file or folder: content hash of small files, size + mtime of large ones."""
-    path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    out: dict[str, object] = {}
-    for f in files:
-        rel = f.name if f == path else str(f.relative_to(path))
-        st = f.stat()
-        if st.st_size <= content_limit:
-            out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
-        else:
-            out[rel] = f"size={st.st_size},mtime={st.st_mtime_ns}"
-    return out
 
 
 def link_tree(src: Path, dest: Path) -> tuple[int, int]:
@@ -125,14 +78,68 @@ def read_manifest(folder: Path) -> dict | None:
     return m
 
 
-def _pid_alive(pid: int) -> bool:
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None (no such process, no /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22), or None."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def owner_alive(pid: int, started: str | None = None) -> bool:
+    """Whether the process that made a staging folder still runs: the pid exists, is not a zombie (killed
+    but not yet reaped), and, where its start time was recorded, is the same process, not a later one
+    that reuses its pid."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass  # it exists, owned by someone else
+    fields = _proc_stat(pid)
+    if fields is None:
+        return True  # no /proc to ask: the pid exists
+    if fields[0] in ("Z", "X"):
+        return False
+    return started is None or process_start(pid) in (None, started)
+
+
+def staging_owner(folder: Path) -> tuple[int, str | None] | None:
+    """(pid, start time) of the process that made a `.tmp-<key>-<pid>` folder; None for another name."""
+    try:
+        pid = int(folder.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+    try:
+        recorded = (folder / OWNER).read_text().split()
+        started = recorded[1] if len(recorded) == 2 and int(recorded[0]) == pid else None
+    except (OSError, ValueError):
+        started = None
+    return pid, started
+
+
+def is_orphan(folder: Path) -> bool:
+    """A staging folder whose process is gone (or is this process: its own staging ends with its step)."""
+    owner = staging_owner(folder)
+    if owner is None:
         return True
-    return True
+    pid, started = owner
+    return pid == os.getpid() or pid <= 0 or not owner_alive(pid, started)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (hard links counted once per path, symlinks not followed)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 class Store:
@@ -160,15 +167,22 @@ class Store:
         return sorted(found, key=lambda a: a.manifest.get("created", 0), reverse=True)
 
     def all(self) -> list[Artifact]:
-        out = []
-        for stage, kind in KINDS.items():
-            base = self.root / kind
-            if not base.is_dir():
-                continue
-            for slot in sorted(p for p in base.glob("*/*/*") if p.is_dir()):
-                model, variant, arch = slot.relative_to(base).parts
-                out.extend(self.entries(stage, model, variant, arch))
-        return out
+        return [
+            a
+            for stage, model, variant, arch, _ in self.slots()
+            for a in self.entries(stage, model, variant, arch)
+        ]
+
+    def newest(self, stage: str, variant: str, model: str | None = None) -> list[Artifact]:
+        """Complete artifacts of one stage and variant (of `model`, or any), newest first."""
+        found = [
+            a
+            for a in self.all()
+            if a.stage == stage
+            and a.manifest.get("variant") == variant
+            and (not model or a.manifest.get("model") == model)
+        ]
+        return sorted(found, key=lambda a: a.manifest.get("created", 0), reverse=True)
 
     @contextlib.contextmanager
     def lock(self, slot: Path) -> Iterator[None]:
@@ -180,19 +194,28 @@ class Store:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def sweep(self, slot: Path) -> None:
-        """Remove temporary folders left by killed runs (their owner pid is gone)."""
-        for d in slot.glob(".tmp-*"):
-            try:
-                pid = int(d.name.rsplit("-", 1)[1])
-            except (IndexError, ValueError):
-                pid = -1
-            if pid <= 0 or not _pid_alive(pid) or pid == os.getpid():
-                shutil.rmtree(d, ignore_errors=True)
+    def sweep(self, slot: Path) -> list[Path]:
+        """Remove the staging folders of runs that were killed (their process is gone); returns them.
+        Called under the slot's lock, before every run of a stage, cached or not."""
+        removed = [d for d in slot.glob(".tmp-*") if d.is_dir() and is_orphan(d)]
+        for d in removed:
+            shutil.rmtree(d, ignore_errors=True)
+        return removed
+
+    def slots(self) -> list[tuple[str, str, str, str, Path]]:
+        """Every (stage, model, variant, arch, folder) slot that exists."""
+        out = []
+        for stage, kind in KINDS.items():
+            base = self.root / kind
+            if base.is_dir():
+                for slot in sorted(p for p in base.glob("*/*/*") if p.is_dir()):
+                    out.append((stage, *slot.relative_to(base).parts, slot))
+        return out
 
     def commit(self, tmp: Path, final: Path, manifest: dict) -> Artifact:
         """Write the manifest last, then rename the whole folder into place."""
         manifest = {"schema": SCHEMA, **manifest, "key": final.name, "complete": True}
+        (tmp / OWNER).unlink(missing_ok=True)
         data = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False, default=str)
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
             fh.write(data + "\n")
@@ -210,17 +233,8 @@ class Store:
         tmp = slot / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        (tmp / OWNER).write_text(f"{os.getpid()} {process_start(os.getpid()) or ''}".strip() + "\n")
         try:
             yield tmp
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # a no-op after a successful commit
-
-
-def require(art: Artifact | None, what: str, fix: str) -> Artifact:
-    if art is None:
-        raise PipelineError(f"No {what} - run '{fix}'")
-    return art
-
-
-def now() -> float:
-    return time.time()

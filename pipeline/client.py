@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PipelineError
-from .tensors import triton_dtype
+from .errors import LpxError
+from .runtime.tensors import triton_dtype
 
 START_HINT = "is the server running? start it with 'lpx serve'"
 NP_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_, "BYTES": np.object_}
@@ -87,28 +87,21 @@ def generate_stream(
     timeout_s: float = 600.0,
     **params: Any,
 ) -> Iterator[Chunk]:
-    """Yield text chunks as the server produces them; PipelineError on any server or connection error."""
+    """Yield text chunks as the server produces them; LpxError on any server or connection error."""
     if protocol == "grpc":
         return _grpc_stream(url, prompt, max_tokens, model, timeout_s, params)
     if protocol == "http":
         return _http_stream(url, prompt, max_tokens, model, timeout_s, params)
-    raise PipelineError(f"Unknown protocol {protocol!r} - use 'grpc' or 'http'")
+    raise LpxError(f"Unknown protocol {protocol!r} - use 'grpc' or 'http'")
 
 
-def generate(
-    url: str,
-    prompt: str,
-    max_tokens: int,
-    model: str = "ensemble",
-    protocol: str = "grpc",
-    timeout_s: float = 600.0,
-    **params: Any,
-) -> Result:
-    """Collect a stream: text, time to first chunk, total time, chunk count, chunks/s after the first."""
+def generate(url: str, prompt: str, max_tokens: int, **options: Any) -> Result:
+    """Collect generate_stream(url, prompt, max_tokens, **options): text, time to first chunk, total time,
+    chunk count, chunks/s after the first."""
     t0 = time.perf_counter()
     parts: list[str] = []
     times: list[float] = []
-    for chunk in generate_stream(url, prompt, max_tokens, model, protocol, timeout_s, **params):
+    for chunk in generate_stream(url, prompt, max_tokens, **options):
         parts.append(chunk.text)
         times.append(chunk.t)
     end = time.perf_counter()
@@ -119,7 +112,7 @@ def generate(
 
 
 # -- gRPC -------------------------------------------------------------------------------------------
-def _grpc_error(url: str, model: str, err: Exception) -> PipelineError:
+def _grpc_error(url: str, model: str, err: Exception) -> LpxError:
     msg = str(err)
     status = getattr(err, "status", lambda: None)()
     if (
@@ -127,8 +120,8 @@ def _grpc_error(url: str, model: str, err: Exception) -> PipelineError:
         or "failed to connect" in msg.lower()
         or "connection refused" in msg.lower()
     ):
-        return PipelineError(f"Cannot reach Triton gRPC at {url} - {START_HINT}", detail=msg)
-    return PipelineError(
+        return LpxError(f"Cannot reach Triton gRPC at {url} - {START_HINT}", detail=msg)
+    return LpxError(
         f"Triton refused the request to model '{model}' at {url}: {msg} - "
         "check the model name and its inputs ('lpx repo' writes the repository)",
         detail=msg,
@@ -163,7 +156,7 @@ def _grpc_stream(
             try:
                 t, result, error = outputs.get(timeout=timeout_s)
             except queue.Empty:
-                raise PipelineError(
+                raise LpxError(
                     f"No response from {url} for {timeout_s:.0f} s - "
                     "check the server's log or raise the timeout"
                 ) from None
@@ -221,9 +214,9 @@ def _http_stream(
                 headers={"Connection": "close"},
             )
         except requests.ConnectionError as e:
-            raise PipelineError(f"Cannot reach Triton HTTP at {url} - {START_HINT}", detail=str(e)) from None
+            raise LpxError(f"Cannot reach Triton HTTP at {url} - {START_HINT}", detail=str(e)) from None
         except requests.Timeout as e:
-            raise PipelineError(
+            raise LpxError(
                 f"No response from {url} for {timeout_s:.0f} s - check the server's log", detail=str(e)
             ) from None
         with resp:
@@ -238,7 +231,7 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
             msg = resp.json().get("error", resp.text)
         except ValueError:
             msg = resp.text
-        raise PipelineError(
+        raise LpxError(
             f"Triton refused the request to model '{model}' at {url} (HTTP {resp.status_code}): "
             f"{msg} - check the model name and its inputs",
             detail=msg,
@@ -250,7 +243,7 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
             t = time.perf_counter()
             event = json.loads(line[5:])
             if "error" in event:
-                raise PipelineError(
+                raise LpxError(
                     f"Triton failed the request to model '{model}' at {url}: {event['error']}",
                     detail=str(event["error"]),
                 )
@@ -260,4 +253,4 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
             if text or ids is not None:
                 yield Chunk(text, t, list(np.ravel(ids).tolist()) if ids is not None else None)
     except requests.RequestException as e:
-        raise PipelineError(f"Stream from {url} broke off - {START_HINT}", detail=str(e)) from None
+        raise LpxError(f"Stream from {url} broke off - {START_HINT}", detail=str(e)) from None

@@ -1,7 +1,9 @@
-"""The typed `lpx.yaml` schema. Unknown keys are errors; every error names its path."""
+"""The typed `lpx.yaml` schema and its loading. Unknown keys are errors; every error names its path.
+`resolve_config` is the one rule for which file a command uses."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -9,14 +11,14 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError, PipelineError
+from .errors import ConfigError, UsageError
+from .facts import formats, trtllm
 
-FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4")
-KV_CACHE = ("none", "fp8", "int8")
+FORMATS = tuple(formats.FORMATS)
+KV_CACHE = tuple(formats.KV_CACHE_TYPES)
 EXPORTS = ("trtllm", "hf", "state")
 TARGETS = ("engine", "llmapi", "torch")
-TRTLLM_VERSIONS = ("1.2", "0.16")
-STAGES = ("quantize", "eval", "build", "repo", "serve")
+TRTLLM_VERSIONS = trtllm.BUILD_LINES
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 
@@ -62,23 +64,25 @@ class Variant(Strict):
     quantization: Quantization = Field(default_factory=Quantization)
 
 
-class Calibration(Strict):
+class TextSamples(Strict):
+    """Where a stage's text samples come from (pipeline/texts.py)."""
+
     data: Path | None = Field(
-        None, description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text if unset."
+        None,
+        description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text "
+        "(calibration or held-out) if unset.",
     )
     jsonl_field: str = "text"
     samples: int = Field(32, ge=1)
     seq_len: int = Field(256, ge=8)
+
+
+class Calibration(TextSamples):
     batch_size: int = Field(1, ge=1)
 
 
-class Evaluation(Strict):
-    data: Path | None = Field(
-        None, description="Held-out .txt/.jsonl text; LPX's own held-out text if unset."
-    )
-    jsonl_field: str = "text"
+class Evaluation(TextSamples):
     samples: int = Field(10, ge=1)
-    seq_len: int = Field(256, ge=8)
 
 
 class QualityGate(Strict):
@@ -98,7 +102,8 @@ class QualityGate(Strict):
 class Build(Strict):
     target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
     trtllm_version: Literal[TRTLLM_VERSIONS] = Field(  # type: ignore[valid-type]
-        "1.2", description="TensorRT-LLM line the engine/checkpoint must load in: 1.2 (1.2.x) or 0.16."
+        trtllm.BUILD_LINES[0],
+        description=f"TensorRT-LLM line the engine/checkpoint must load in: {' or '.join(trtllm.BUILD_LINES)}.",
     )
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
@@ -173,9 +178,8 @@ class Config(Strict):
         for v in self.variants:
             if v.name == name:
                 return v
-        raise PipelineError(
-            f"No variant '{name}' in the config; known: {', '.join(v.name for v in self.variants)}",
-            exit_code=2,
+        raise UsageError(
+            f"No variant '{name}' in the config; known: {', '.join(v.name for v in self.variants)}"
         )
 
     def select(self, names: tuple[str, ...] | list[str] | None) -> list[Variant]:
@@ -238,18 +242,31 @@ def parse_config(data: object, source: str = "config", base: Path | None = None)
 def load_config(path: Path) -> Config:
     path = Path(path)
     if not path.is_file():
-        raise PipelineError(
-            f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE", exit_code=2
-        )
+        raise UsageError(f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise PipelineError(
-            f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", exit_code=2
-        ) from None
+        raise UsageError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     return parse_config(data, str(path), path.resolve().parent)
+
+
+def resolve_config(path: Path | None, report=None) -> Config:
+    """The config a command uses: -c PATH, else $LPX_CONFIG, else ./lpx.yaml, else the built-in demo
+    (written under $LPX_HOME/demo on first use). `report` (a progress.Reporter) is told which."""
+    say = report.info if report is not None else (lambda _message: None)
+    if path is None and os.environ.get("LPX_CONFIG"):
+        path = Path(os.environ["LPX_CONFIG"])
+    if path is None and Path("lpx.yaml").is_file():
+        path = Path("lpx.yaml")
+        say("using ./lpx.yaml")
+    if path is None:
+        from .demo import ensure_demo
+
+        say("no -c given: running the built-in demo (a tiny Llama, FP8, torch target)")
+        path = ensure_demo(report)
+    return load_config(path)
 
 
 def dump_config(cfg: Config) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from .artifacts import home
+from .facts.models import DEMO_SHAPE
 
 DEMO_NAME = "tiny-llama"
 SEED = 1234
@@ -67,14 +68,9 @@ def write_checkpoint(dest: Path, train_steps: int = 150) -> Path:
     try:
         torch.manual_seed(SEED)
         texts = paragraphs(corpus_text())
-        tokenizer = _train_tokenizer(texts, vocab_size=512)
+        tokenizer = _train_tokenizer(texts, vocab_size=DEMO_SHAPE["vocab_size"])
         config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,  # grouped-query attention
+            **{**DEMO_SHAPE, "vocab_size": len(tokenizer)},  # grouped-query attention: 2 KV heads for 4
             max_position_embeddings=2048,
             rms_norm_eps=1e-5,
             tie_word_embeddings=False,

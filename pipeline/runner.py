@@ -1,23 +1,28 @@
-"""One runner for every stage: hash the inputs, reuse what is cached, say why anything runs."""
+"""The runner: orders the stages for each variant, reuses what is cached and reports why anything runs.
+
+What a stage's key holds, what it checks and what it writes are the stage's own (pipeline/stages/);
+the runner hashes the stage's inputs into the key, looks the key up in the artifact store, explains a
+miss by naming what changed since the slot's newest artifact (pipeline/keys.py), and otherwise runs the
+stage in a staging folder that is renamed into place when complete (pipeline/artifacts.py).
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from . import toolchain
-from .artifacts import Artifact, Store, diff_inputs, file_fingerprint, make_key
-from .calibration import load_texts
-from .checkpoint import inspect_checkpoint
-from .config import STAGES, Config, Variant
-from .errors import PipelineError
+from .artifacts import Artifact, Store
+from .config import Config, Variant
+from .errors import LpxError, StageFailed
+from .keys import explain, make_key
 from .progress import Reporter, quiet_libraries
-from .recipes import check_archs, check_shapes, check_trtllm
+from .stages import STAGES, build, evaluate, quantize, repository
+from .stages.context import ANY_ARCH, Context
 
-ANY_ARCH = "any"  # the torch target runs on any device
+MAX_REASONS = 4  # changes named in a "running" line
 
 
 @dataclass
@@ -41,14 +46,23 @@ class Runner:
         dry_run: bool = False,
     ):
         quiet_libraries()
-        self.cfg = cfg
+        self.ctx = Context(cfg, report or Reporter(), store or Store())
         self.dry_run = dry_run
         self.skip_gate = skip_gate
-        self.report = report or Reporter()
         self.force = force or set()
-        self.store = store or Store()
-        self._ckpt = None
-        self._gpus: list | None = None
+        self.gate_failures: list[str] = []
+
+    @property
+    def cfg(self) -> Config:
+        return self.ctx.cfg
+
+    @property
+    def report(self) -> Reporter:
+        return self.ctx.report
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
 
     # --- the generic cached step -------------------------------------------------------------
     def step(
@@ -59,24 +73,14 @@ class Runner:
         label = f"{variant}/{arch}" if arch != ANY_ARCH or stage != "quantize" else variant
         slot = self.store.slot(stage, model, variant, arch)
         with self.store.lock(slot):
+            self.store.sweep(slot)  # staging folders of killed runs, whether or not this run is cached
             hit = self.store.lookup(stage, model, variant, arch, key)
             if hit and stage not in self.force:
                 self.report.stage(stage, label, f"[green]cached[/green] {key}")
                 return hit
-            self.store.sweep(slot)
-            previous = self.store.entries(stage, model, variant, arch)
-            if stage in self.force:
-                why = "forced"
-            elif previous:
-                changes = diff_inputs(previous[0].manifest.get("inputs", {}), inputs)
-                why = (
-                    "changed: "
-                    + "; ".join(changes[:4])
-                    + (f" (+{len(changes) - 4} more)" if len(changes) > 4 else "")
-                )
-            else:
-                why = "no cached result"
-            self.report.stage(stage, label, f"[cyan]running[/cyan] {key} ({why})")
+            self.report.stage(
+                stage, label, f"[cyan]running[/cyan] {key} ({self._why(stage, model, variant, arch, inputs)})"
+            )
             started = time.time()
             t0 = time.perf_counter()
             with self.store.staging(slot, key) as tmp:
@@ -100,121 +104,45 @@ class Runner:
             self.report.stage(stage, label, f"[green]done[/green] {key} in {art.manifest['duration_s']:.1f}s")
             return art
 
-    # --- stages ------------------------------------------------------------------------------
-    def checkpoint(self):
-        if self._ckpt is None:
-            info = inspect_checkpoint(self.cfg.model.checkpoint, self.cfg.model.allow_pickle)
-            fp = file_fingerprint(info.path)
-            if self.cfg.model.tokenizer:
-                fp = {"checkpoint": fp, "tokenizer": file_fingerprint(self.cfg.model.tokenizer)}
-            self._ckpt = (info, fp)
-        return self._ckpt
+    def _why(self, stage: str, model: str, variant: str, arch: str, inputs: dict) -> str:
+        if stage in self.force:
+            return "forced"
+        previous = self.store.entries(stage, model, variant, arch)
+        if not previous:
+            return "no cached result"
+        changes = explain(previous[0].manifest.get("inputs", {}), inputs)
+        more = f" (+{len(changes) - MAX_REASONS} more)" if len(changes) > MAX_REASONS else ""
+        return "changed: " + "; ".join(changes[:MAX_REASONS]) + more
 
+    # --- the stages, in order ----------------------------------------------------------------
     def check(self, variant: Variant) -> None:
-        """Everything that can be refused before any work: format vs GPU archs and TensorRT-LLM line, tp vs heads."""
-        where = f"variant '{variant.name}'"
-        check_archs(variant.quantization, self.cfg.build.archs, where)
-        check_trtllm(variant.quantization, self.cfg.build.trtllm_version, where)
-        info, _ = self.checkpoint()
-        b = self.cfg.build
-        check_shapes(variant.quantization, info.config, b.tp_size, where)
-        if info.max_positions and b.max_seq_len > info.max_positions:
-            raise PipelineError(
-                f"build.max_seq_len {b.max_seq_len} exceeds the model's max_position_embeddings "
-                f"{info.max_positions} - lower build.max_seq_len",
-                exit_code=2,
-            )
-        from .export_check import check_sliding_window
-
-        check_sliding_window(info.config, b.max_seq_len, where)
-        for gpu in self.target_gpus():
-            from .plan import check_fit
-
-            kv = {"none": "bf16"}.get(variant.quantization.kv_cache, variant.quantization.kv_cache)
-            check_fit(
-                info.config, variant.quantization.format, kv, b.max_seq_len, b.tp_size * b.pp_size, gpu, where
-            )
-
-    def target_gpus(self) -> list:
-        """GPUs to check memory against: build.gpu, else the GPU present when its arch is a build target."""
-        from .gpus import lookup_gpu
-
-        if self._gpus is None:
-            self._gpus = []
-            if self.cfg.build.gpu:
-                try:
-                    self._gpus = [lookup_gpu(self.cfg.build.gpu)]
-                except PipelineError as exc:
-                    raise PipelineError(f"build.gpu: {exc.message}", exit_code=2) from None
-            elif self.cfg.build.target == "engine":
-                from .selection import detect_gpu
-
-                present = detect_gpu()
-                if present and present.sm in self.cfg.build.archs:
-                    try:
-                        self._gpus = [lookup_gpu(present.name)]
-                    except PipelineError:
-                        self.report.warn(f"{present.name} is not in LPX's GPU table: memory fit not checked")
-        return self._gpus
+        """Everything the stages can refuse before any work (format vs GPU archs and TensorRT-LLM line,
+        tp vs heads, lengths, memory fit)."""
+        build.check(self.ctx, variant)
+        quantize.check(self.ctx, variant)
 
     def quantize(self, variant: Variant) -> Artifact:
-        from .stages import quantize
-
         self.check(variant)
-        info, fingerprint = self.checkpoint()
-        calset = load_texts(self.cfg.calibration)
-        b = self.cfg.build
-        exports = quantize.needed_exports(self.cfg, variant)
-        inputs = {
-            "checkpoint": fingerprint,
-            "quantization": variant.quantization.model_dump(mode="json"),
-            "calibration": {
-                **self.cfg.calibration.model_dump(mode="json", exclude={"data"}),
-                "data_sha256": calset.sha256,
-            },
-            "export": {
-                "dtype": b.dtype,
-                "tp_size": b.tp_size,
-                "pp_size": b.pp_size,
-                "exports": list(exports),
-            },
-            "versions": toolchain.versions("torch", "transformers", "modelopt"),
-        }
         return self.step(
             "quantize",
             variant.name,
             ANY_ARCH,
-            inputs,
-            lambda out: quantize.run(self.cfg, variant, info, calset, out, self.report, exports),
+            quantize.inputs(self.ctx, variant),
+            lambda out: quantize.run(self.ctx, variant, out),
         )
 
     def evaluate(self, variant: Variant, checkpoint: Artifact) -> Artifact:
-        from .stages import evaluate
-
-        info, fingerprint = self.checkpoint()
-        texts = load_texts(self.cfg.evaluation, key="evaluation")
-        inputs = {
-            "checkpoint": fingerprint,
-            "checkpoint_key": checkpoint.key,
-            "evaluation": {
-                **self.cfg.evaluation.model_dump(mode="json", exclude={"data"}),
-                "data_sha256": texts.sha256,
-            },
-            "versions": toolchain.versions("torch", "transformers", "modelopt"),
-        }
         return self.step(
             "eval",
             variant.name,
             ANY_ARCH,
-            inputs,
-            lambda out: evaluate.run(self.cfg, variant, info, checkpoint.path, texts, self.report),
+            evaluate.inputs(self.ctx, variant, checkpoint),
+            lambda out: evaluate.run(self.ctx, variant, checkpoint, out),
         )
 
     def gate(self, variant: Variant, evaluation: Artifact) -> str | None:
         """The reason a variant must not be built (quality gate failed), or None."""
-        from .stages.evaluate import gate_failures
-
-        failures = gate_failures(evaluation.manifest["results"], self.cfg.quality_gate)
+        failures = evaluate.gate_failures(evaluation.manifest["results"], self.cfg.quality_gate)
         if not failures:
             return None
         text = "; ".join(failures)
@@ -227,83 +155,46 @@ class Runner:
         return f"variant '{variant.name}' fails the quality gate: {text}"
 
     def archs(self) -> list[str]:
-        # only trtllm-build compiles per GPU arch; torch and llmapi artifacts run on any of the configured archs
-        return [ANY_ARCH] if self.cfg.build.target in ("torch", "llmapi") else list(self.cfg.build.archs)
+        return build.archs(self.ctx)
 
     def build(self, variant: Variant, checkpoint: Artifact, arch: str) -> Artifact | None:
-        from .stages import build
-
-        inputs = {
-            "checkpoint_key": checkpoint.key,
-            "build": self.cfg.build.model_dump(mode="json", exclude={"archs"}),
-            "arch": arch,
-            "versions": toolchain.versions("torch", "transformers", "modelopt", "tensorrt_llm"),
-        }
+        inputs = build.inputs(self.ctx, variant, checkpoint, arch)
         if self.dry_run:
-            return self._dry_run(variant, checkpoint, arch, make_key(inputs))
+            out = self.store.slot("build", self.cfg.model.name, variant.name, arch) / make_key(inputs)
+            first, *rest = build.dry_run(self.ctx, variant, checkpoint, arch, out)
+            self.report.stage("build", f"{variant.name}/{arch}", first)
+            for line in rest:
+                self.report.info(line)
+            return None
         return self.step(
             "build",
             variant.name,
             arch,
             inputs,
-            lambda out: build.run(self.cfg, variant, checkpoint.path, arch, out, self.report),
+            lambda out: build.run(self.ctx, variant, checkpoint, arch, out),
         )
-
-    def _dry_run(self, variant: Variant, checkpoint: Artifact, arch: str, key: str) -> None:
-        from .stages import build
-
-        out = self.store.slot("build", self.cfg.model.name, variant.name, arch) / key
-        if self.cfg.build.target != "engine":
-            self.report.stage(
-                "build",
-                f"{variant.name}/{arch}",
-                f"dry run: target {self.cfg.build.target} runs no build tool",
-            )
-            return None
-        argv, reasons = build.engine_command(self.cfg, variant, checkpoint.path, arch, out)
-        self.report.stage("build", f"{variant.name}/{arch}", "dry run (nothing is built):")
-        self.report.info("  " + " ".join(argv))
-        for flag, why in reasons.items():
-            self.report.info(f"    {flag:<28} {why}")
-        return None
 
     def repo(
         self, variant: Variant, engine: Artifact, arch: str, checkpoint: Artifact | None = None
     ) -> Artifact:
-        from .stages import repository
-
-        models = Path(str(resources.files("model_repo")))
-        inputs = {
-            "engine_key": engine.key,
-            "serving": {"max_tokens_cap": self.cfg.serving.max_tokens_cap},
-            "build": self.cfg.build.model_dump(mode="json", exclude={"archs"}),
-            "model_repo": file_fingerprint(models) if models.is_dir() else {},
-            "versions": toolchain.versions(),
-        }
-        # an engine folder holds no tokenizer: the quantize artifact's tokenizer/ (or, before it had one, state/) has it
-        tokenizer = None
-        if checkpoint is not None and self.cfg.build.target == "engine":
-            tokenizer = checkpoint.path / "tokenizer"
-            if not tokenizer.is_dir():
-                tokenizer = checkpoint.path / "state"
         return self.step(
             "repo",
             variant.name,
             arch,
-            inputs,
-            lambda out: repository.write_repository(out, engine.path, self.cfg, tokenizer_dir=tokenizer),
+            repository.inputs(self.ctx, variant, engine, checkpoint),
+            lambda out: repository.run(self.ctx, variant, engine, checkpoint, out),
         )
 
     def run(self, variants: list[Variant], until: str = "repo") -> list[Outcome]:
         """Run every stage up to `until` (at most `repo`; serving is the caller's) for each variant."""
         last = min(stage_index(until), stage_index("repo"))
         outcomes = []
-        self.gate_failures: list[str] = []
+        self.gate_failures = []
         for v in variants:
             self.check(v)
-        load_texts(self.cfg.calibration)
+        self.ctx.texts("calibration")
         if last >= stage_index("eval"):
-            load_texts(self.cfg.evaluation, key="evaluation")
+            self.ctx.texts("evaluation")
         for v in variants:
             o = Outcome(v.name)
             outcomes.append(o)
@@ -326,8 +217,32 @@ class Runner:
 
     def raise_gate_failures(self) -> None:
         if self.gate_failures:
-            raise PipelineError(
+            raise StageFailed(
                 "\n".join(self.gate_failures)
                 + "\nfix: choose another format, keep sensitive layers in high precision "
                 "with quantization.exclude, relax quality_gate, or pass --skip-gate"
             )
+
+    # --- what the config references (for `lpx artifacts gc`) ---------------------------------
+    def referenced(self) -> dict[Path, str | None]:
+        """slot folder -> the key this config gives it now, without running anything; None where the key
+        cannot be known yet (the repository of an engine that does not exist: it reads the engine)."""
+        model = self.cfg.model.name
+        refs: dict[Path, str | None] = {}
+
+        def planned(stage: str, variant: str, arch: str, key: str) -> Artifact:
+            slot = self.store.slot(stage, model, variant, arch)
+            refs[slot] = key
+            return self.store.lookup(stage, model, variant, arch, key) or Artifact(slot / key, {"key": key})
+
+        for v in self.cfg.variants:
+            ck = planned("quantize", v.name, ANY_ARCH, make_key(quantize.inputs(self.ctx, v)))
+            planned("eval", v.name, ANY_ARCH, make_key(evaluate.inputs(self.ctx, v, ck)))
+            for arch in self.archs():
+                eng = planned("build", v.name, arch, make_key(build.inputs(self.ctx, v, ck, arch)))
+                repo_slot = self.store.slot("repo", model, v.name, arch)
+                try:
+                    refs[repo_slot] = make_key(repository.inputs(self.ctx, v, eng, ck))
+                except LpxError:  # no such engine (yet), or one this config would refuse: cannot tell
+                    refs[repo_slot] = None
+        return refs

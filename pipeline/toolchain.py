@@ -1,4 +1,5 @@
-"""Versions of the tools that shape each stage's output (they go into the cache keys)."""
+"""Versions of the installed tools: the stages put those that write their output into their keys, and
+every manifest records them all."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ PACKAGES = {
 
 
 @cache
-def version(name: str) -> str | None:
-    try:
-        return metadata.version(PACKAGES.get(name, name))
-    except metadata.PackageNotFoundError:
-        return None
+def version(*names: str) -> str | None:
+    """The installed version of the first of these distributions that is installed (LPX's short names
+    above, or a distribution name), or None."""
+    for name in names:
+        try:
+            return metadata.version(PACKAGES.get(name, name))
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def versions(*names: str) -> dict[str, str | None]:

@@ -122,15 +122,15 @@ def main() -> None:
     from bench_quantize import SHAPES, write_model
 
     from pipeline.bench import report, roofline
-    from pipeline.bench.command import parse_levels
     from pipeline.bench.metrics import summarize
-    from pipeline.engines.torch_engine import TorchEngine
+    from pipeline.bench.sweep import parse_levels
     from pipeline.progress import quiet_libraries
+    from pipeline.runtime.engines.torch_engine import TorchEngine
 
     quiet_libraries()
     levels = parse_levels(args.concurrency)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    gpu = roofline.detect_gpu([device], args.gpu)
+    gpu = roofline.roofline_gpu([device], args.gpu)
     shm = Path("/dev/shm")
     work = Path(tempfile.mkdtemp(prefix="lpx-engine-", dir=shm if os.access(shm, os.W_OK) else None))
     ckpt = write_model(work / "ckpt", args.shape)

@@ -33,41 +33,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SHAPES = {  # TinyLlama-1.1B's and Llama-3.1-8B's published shapes; 'tiny' for CPU smoke runs
-    "1b": dict(
-        hidden_size=2048,
-        intermediate_size=5632,
-        num_hidden_layers=22,
-        num_attention_heads=32,
-        num_key_value_heads=4,
-        vocab_size=32000,
-    ),
-    "8b": dict(
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=128256,
-        max_position_embeddings=131072,
-        rms_norm_eps=1e-5,
-        rope_theta=500000.0,
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
-    ),
-    "tiny": dict(
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-    ),
+from pipeline.facts.models import DEMO_SHAPE, PUBLISHED, shape_of
+
+_8B = PUBLISHED["llama-3.1-8b"]
+SHAPES = {  # TinyLlama-1.1B's and Llama-3.1-8B's published shapes; 'tiny' (the demo's) for CPU smoke runs
+    "1b": shape_of("tinyllama-1.1b"),
+    "8b": {
+        **shape_of("llama-3.1-8b"),
+        **{k: _8B[k] for k in ("max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling")},
+    },
+    "tiny": DEMO_SHAPE,
 }
 ALL_FORMATS = ["none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4"]
 
@@ -106,7 +81,7 @@ def scratch_dir(shape: str) -> Path | None:
     bf16-sized export with room to spare; else the system's temporary folder."""
     from transformers import LlamaConfig
 
-    from pipeline.plan import shape_from_config, weight_bytes
+    from pipeline.inspection.plan import shape_from_config, weight_bytes
 
     need = (
         3.5
@@ -168,8 +143,8 @@ def bare(ckpt: Path, fmt: str, kv: str, cal, out: Path, exports: tuple[str, ...]
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from pipeline.config import Quantization
-    from pipeline.recipes import recipe
     from pipeline.stages.quantize import gpu_memory
+    from pipeline.stages.quantize.recipes import recipe
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     quant_cfg = recipe(Quantization(format=fmt, kv_cache=kv))

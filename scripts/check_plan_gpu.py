@@ -30,8 +30,8 @@ def main() -> None:
 
     import torch
 
-    from pipeline.gpus import lookup_gpu
-    from pipeline.plan import kv_bytes_per_token, load_shape, plan
+    from pipeline.facts.gpu import lookup_gpu
+    from pipeline.inspection.plan import kv_bytes_per_token, load_shape, plan
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")

@@ -87,7 +87,7 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
     """Greedy tokens from `model.generate` on the same restored model, cut after the first EOS."""
     import torch
 
-    from pipeline.engines.torch_engine import load_model
+    from pipeline.runtime.engines.torch_engine import load_model
 
     model = load_model(engine_dir)
     with torch.no_grad():
@@ -104,12 +104,12 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
 def running_server(repo: Path, root: Path, **env: str):
     """Generator for a module fixture: tritonserver on `repo` (skip without a tritonserver), with
     LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after."""
-    from pipeline.errors import PipelineError
-    from pipeline.stages.serve import TritonServer, find_tritonserver
+    from pipeline.errors import LpxError
+    from pipeline.stages.serve.tritonserver import TritonServer, find_tritonserver
 
     try:
         find_tritonserver()
-    except PipelineError as exc:
+    except LpxError as exc:
         pytest.skip(exc.message)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {"LPX_HOME": str(root / "home"), **env}.items():
@@ -117,7 +117,7 @@ def running_server(repo: Path, root: Path, **env: str):
         srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=240)
         try:
             srv.start()
-        except PipelineError as exc:
+        except LpxError as exc:
             pytest.fail(f"{exc.message}\n{exc.detail}")
         try:
             yield srv

@@ -7,6 +7,8 @@ import sys
 import types
 from pathlib import Path
 
+from pipeline.facts.models import decoder, numerics_of
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,84 +27,21 @@ def load_model_module(name: str) -> types.ModuleType:
 
 
 # Tiny stand-ins for real models: each published config.json's rope / norm / activation / tie / window
-# settings (and its transformers 4.x spelling) on small, seeded weights. Values from the models' config.json
-# files on the Hugging Face Hub.
-TINY = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=512,
-)
+# settings (pipeline/facts/models.py, in the Hub's transformers 4.x spelling) on small, seeded weights.
+TINY = decoder(64, 128, 2, 4, 2, 512)
 REAL_CONFIGS = {
-    "llama-3.1-8b": dict(
-        model_type="llama",
-        architectures=["LlamaForCausalLM"],
-        rope_theta=500000.0,
-        rope_scaling={
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-            "rope_type": "llama3",
-        },
-        max_position_embeddings=131072,
-        rms_norm_eps=1e-05,
-        hidden_act="silu",
-        tie_word_embeddings=False,
-    ),
-    "llama-3.2-1b": dict(
-        model_type="llama",
-        architectures=["LlamaForCausalLM"],
-        rope_theta=500000.0,
-        rope_scaling={
-            "factor": 32.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-            "rope_type": "llama3",
-        },
-        max_position_embeddings=131072,
-        rms_norm_eps=1e-05,
-        hidden_act="silu",
-        tie_word_embeddings=True,
-        head_dim=16,
-    ),
-    "qwen2.5-0.5b": dict(
-        model_type="qwen2",
-        architectures=["Qwen2ForCausalLM"],
-        rope_theta=1000000.0,
-        rope_scaling=None,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-06,
-        hidden_act="silu",
-        tie_word_embeddings=True,
-        sliding_window=32768,
-        use_sliding_window=False,
-        max_window_layers=21,
-    ),
-    "mistral-7b-v0.3": dict(
-        model_type="mistral",
-        architectures=["MistralForCausalLM"],
-        rope_theta=1000000.0,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-05,
-        hidden_act="silu",
-        tie_word_embeddings=False,
-        sliding_window=None,
-        head_dim=16,
-    ),
+    "llama-3.1-8b": numerics_of("llama-3.1-8b"),
+    "llama-3.2-1b": {**numerics_of("llama-3.2-1b"), "head_dim": 16},
+    "qwen2.5-0.5b": numerics_of("qwen2.5-0.5b"),
+    "mistral-7b-v0.3": {**numerics_of("mistral-7b"), "head_dim": 16},
     # Qwen2.5-7B-Instruct's documented long-context setting (its model card's rope_scaling for YaRN)
     "qwen2.5-7b-yarn": dict(
-        model_type="qwen2",
-        architectures=["Qwen2ForCausalLM"],
+        **numerics_of("qwen2.5-7b"),
         rope_theta=1000000.0,
         rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"},
         max_position_embeddings=131072,
         rms_norm_eps=1e-06,
         hidden_act="silu",
-        tie_word_embeddings=False,
         sliding_window=131072,
         use_sliding_window=False,
     ),

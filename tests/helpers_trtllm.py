@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.recipes import QUANT_ALGO
+from pipeline.facts.formats import QUANT_ALGO
 
 STANDIN = Path(__file__).resolve().parent / "standin_trtllm_build.py"
 DEMO_LIMITS = {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096}

@@ -38,7 +38,7 @@ TEXT_PROMPTS = [
 
 
 def attn_name(mode: str) -> str:
-    from pipeline.engines import batch_invariant
+    from pipeline.runtime.engines import batch_invariant
 
     return batch_invariant.register() if mode == "on" else "paged|sdpa"
 
@@ -81,7 +81,7 @@ def packed_logits(model, impl: str, group: list[list[int]], leak: bool = False) 
 
 def probe_model(engine_dir: Path, dtype: str = "bfloat16", device: str | None = None):
     """The engine's restored model, in `dtype` (float64 for the leak check)."""
-    from pipeline.engines.torch_engine import load_model
+    from pipeline.runtime.engines.torch_engine import load_model
 
     model = load_model(engine_dir, device)
     return model.double() if dtype == "float64" else model
@@ -146,7 +146,7 @@ def engine_needle(engine_dir: Path, mode: str, rounds: int = 4, new_tokens: int 
     """Greedy tokens of each prompt alone, then in `rounds` random batches; returns the divergences."""
     from transformers import AutoTokenizer
 
-    from pipeline.engines.torch_engine import TorchEngine
+    from pipeline.runtime.engines.torch_engine import TorchEngine
 
     tok = AutoTokenizer.from_pretrained(engine_dir)
     prompts = [tok(p)["input_ids"] for p in TEXT_PROMPTS]
@@ -199,7 +199,7 @@ def top2_gap(engine_dir: Path, prompt: list[int], tokens: list[int], step: int) 
     """Top-1 minus top-2 logit of an unbatched teacher-forced forward, predicting token `step` after prompt."""
     import torch
 
-    from pipeline.engines.torch_engine import load_model
+    from pipeline.runtime.engines.torch_engine import load_model
 
     model = load_model(engine_dir)
     with torch.no_grad():

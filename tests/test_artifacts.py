@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from pipeline.artifacts import Store, diff_inputs, make_key, read_manifest
+from pipeline.artifacts import Store, read_manifest
+from pipeline.keys import explain, make_key
 
 
 def _commit(store, key, payload="x"):
@@ -33,7 +34,7 @@ def test_key_is_order_independent_and_input_sensitive():
 
 
 def test_diff_names_nested_changes():
-    changes = diff_inputs(
+    changes = explain(
         {"build": {"max_batch_size": 8}, "arch": "sm90"},
         {"build": {"max_batch_size": 16}, "arch": "sm90", "new": True},
     )

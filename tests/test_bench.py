@@ -8,11 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.bench import report
-from pipeline.bench.command import bench_command, parse_levels
 from pipeline.bench.load import LoadSpec, Record, Run, arrival_offsets, run_closed
 from pipeline.bench.metrics import parse_slo, request_metrics, stats, summarize
+from pipeline.bench.sweep import parse_levels
 from pipeline.bench.toy import write_toy_repo
-from pipeline.errors import PipelineError
+from pipeline.cli.tools import bench as bench_command
+from pipeline.errors import LpxError
 
 
 def rec(
@@ -77,10 +78,10 @@ def test_summary_counts_failures_and_goodput():
 
 
 def test_bad_slo_and_levels_name_the_fix():
-    with pytest.raises(PipelineError, match="ttft=200ms"):
+    with pytest.raises(LpxError, match="ttft=200ms"):
         parse_slo("latency=3")
     assert parse_levels("1,4,16") == [1, 4, 16]
-    with pytest.raises(PipelineError, match="comma list"):
+    with pytest.raises(LpxError, match="comma list"):
         parse_levels("1,x")
 
 
@@ -96,7 +97,9 @@ def test_arrivals_seeded_with_the_right_mean_rate(burstiness):
 
 
 def test_every_request_failing_is_an_error(tmp_path):
-    port = __import__("pipeline.stages.serve", fromlist=["_pick_ports"])._pick_ports("127.0.0.1", 1)[0]
+    port = __import__("pipeline.stages.serve.tritonserver", fromlist=["_pick_ports"])._pick_ports(
+        "127.0.0.1", 1
+    )[0]
     res = CliRunner().invoke(
         bench_command,
         [
@@ -120,7 +123,7 @@ def test_every_request_failing_is_an_error(tmp_path):
             "h200",
         ],
     )
-    assert res.exit_code != 0 and isinstance(res.exception, PipelineError)
+    assert res.exit_code != 0 and isinstance(res.exception, LpxError)
     doc = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
     assert doc["label"] == "fp8-run" and doc["variant"] == {"model": "m", "name": "fp8"}  # for lpx compare
     assert "roofline skipped" in doc["roofline_note"]  # no --checkpoint/--format, no quantize artifact
@@ -130,7 +133,7 @@ def test_every_request_failing_is_an_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_fixed_delay_server_measured_right(tmp_path, protocol):
-    from pipeline.stages.serve import TritonServer
+    from pipeline.stages.serve.tritonserver import TritonServer
 
     first_ms, every_ms, osl = 100.0, 20.0, 8
     with TritonServer(write_toy_repo(tmp_path / "repo", first_ms, every_ms), ready_timeout_s=60) as srv:
@@ -155,7 +158,7 @@ def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
 
     from click.testing import CliRunner
 
-    from pipeline.bench.command import bench_command
+    from pipeline.cli.tools import bench as bench_command
 
     out = tmp_path / "run"
     res = CliRunner().invoke(

@@ -51,8 +51,8 @@ def test_serving_problems_are_found_before_any_stage_runs(tmp_path, isolated_hom
 
     import pytest
 
-    from pipeline.errors import PipelineError
-    from pipeline.stages import serve
+    from pipeline.errors import LpxError
+    from pipeline.stages.serve import binary
 
     cfg = tmp_path / "lpx.yaml"
     with socket.socket() as busy:
@@ -91,10 +91,10 @@ def test_serving_problems_are_found_before_any_stage_runs(tmp_path, isolated_hom
         )
     )
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(serve, "bundled_root", lambda: None)
-    monkeypatch.setattr(serve, "CONTAINER_BIN", tmp_path / "no-tritonserver")
+    monkeypatch.setattr(binary, "bundled_root", lambda: None)
+    monkeypatch.setattr(binary, "CONTAINER_BIN", tmp_path / "no-tritonserver")
     result = CliRunner().invoke(cli, ["serve", "-c", str(cfg)])
-    assert isinstance(result.exception, PipelineError)
+    assert isinstance(result.exception, LpxError)
     assert "lpx[triton]" in result.exception.message
-    with pytest.raises(PipelineError):
-        serve.find_tritonserver()
+    with pytest.raises(LpxError):
+        binary.find_tritonserver()

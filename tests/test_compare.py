@@ -10,10 +10,11 @@ from click.testing import CliRunner
 
 from pipeline.artifacts import Store
 from pipeline.bench import report, roofline
-from pipeline.bench.command import roofline_inputs
-from pipeline.bench.compare import compare, compare_command, parse_variant
-from pipeline.errors import PipelineError
-from pipeline.gpus import lookup_gpu
+from pipeline.bench.compare import compare, parse_variant
+from pipeline.bench.sweep import roofline_inputs
+from pipeline.cli.tools import compare as compare_command
+from pipeline.errors import LpxError
+from pipeline.facts.gpu import lookup_gpu
 
 
 def stats(p50: float, p99: float) -> dict[str, float]:
@@ -134,7 +135,7 @@ def test_side_by_side_with_quality_size_and_plot(tmp_path):
 def test_refuses_mixed_runs_naming_field_and_values(tmp_path, kwargs, field, values):
     a = write_run(tmp_path / "a")
     b = write_run(tmp_path / "b", **kwargs)
-    with pytest.raises(PipelineError, match=field) as err:
+    with pytest.raises(LpxError, match=field) as err:
         compare([a, b], store=Store(tmp_path / "home"))
     assert all(v in str(err.value) for v in values) and "--force" in str(err.value)
     forced = compare([a, b], force=True, store=Store(tmp_path / "home"))
@@ -148,7 +149,7 @@ def test_cli_and_bad_input(tmp_path):
     assert "| first | c=1 |" in res.output and "compare.png" in res.output
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "results.json").write_text("{}")
-    with pytest.raises(PipelineError, match="not an 'lpx bench'"):
+    with pytest.raises(LpxError, match="not an 'lpx bench'"):
         compare([tmp_path / "junk"])
     assert parse_variant("m/fp8") == {"model": "m", "name": "fp8"} and parse_variant("fp8")["model"] is None
 

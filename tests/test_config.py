@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.config import FORMATS, load_config, parse_config
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import ConfigError, LpxError
 
 MINIMAL = {"model": {"name": "m", "checkpoint": "ckpt"}, "variants": [{"name": "bf16"}]}
 
@@ -59,7 +59,7 @@ def test_duplicate_variants_and_lengths():
 
 def test_unknown_variant_is_named():
     cfg = parse_config(MINIMAL)
-    with pytest.raises(PipelineError, match="No variant 'fp8' in the config; known: bf16"):
+    with pytest.raises(LpxError, match="No variant 'fp8' in the config; known: bf16"):
         cfg.select(["fp8"])
 
 
@@ -92,7 +92,7 @@ def test_show_prints_defaults_and_schema_lists_keys(tmp_path):
 def test_yaml_syntax_error_names_line(tmp_path):
     p = tmp_path / "lpx.yaml"
     p.write_text("model: {name: m\nvariants: []\n")
-    with pytest.raises(PipelineError, match=r"not valid YAML \(line"):
+    with pytest.raises(LpxError, match=r"not valid YAML \(line"):
         load_config(p)
 
 
@@ -103,7 +103,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yam
 def test_every_example_config_validates(path: Path) -> None:
     """Each examples/*.yaml is an lpx.yaml that `lpx config validate` accepts, and its build matrix
     (variant x arch cells, with their capability checks) can be laid out."""
-    from pipeline.matrix import build_matrix
+    from pipeline.inspection.matrix import build_matrix
 
     cfg = load_config(path)
     assert cfg.variants and build_matrix(cfg)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipeline.doctor import SMI_APPS, SMI_QUERY, GpuInfo, GpuState, Probe, diagnose, doctor_command
-from pipeline.errors import PipelineError
+from pipeline.cli.tools import doctor as doctor_command
+from pipeline.errors import LpxError
+from pipeline.facts.gpu import SMI_APPS, SMI_QUERY, GpuInfo, GpuState
+from pipeline.inspection.doctor import Probe, diagnose
 
 DATA = Path(__file__).parent / "data"
 PYTRITON = Path("/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver")
@@ -117,7 +119,7 @@ def test_busy_gpu_and_docker_without_nvidia_runtime_warn():
 
 def test_missing_tritonserver_and_low_disk():
     def missing() -> Path:
-        raise PipelineError("tritonserver not found (looked in PATH): install nvidia-pytriton")
+        raise LpxError("tritonserver not found (looked in PATH): install nvidia-pytriton")
 
     probe = make_probe(h200_commands(), free=1 << 30)
     probe.tritonserver = missing
@@ -127,7 +129,7 @@ def test_missing_tritonserver_and_low_disk():
 
 
 def test_cli_exits_1_without_traceback(monkeypatch):
-    import pipeline.doctor as doctor
+    import pipeline.inspection.doctor as doctor
 
     monkeypatch.setattr(doctor, "Probe", lambda: make_probe())
     result = CliRunner().invoke(doctor_command, ["--json"])
@@ -135,5 +137,5 @@ def test_cli_exits_1_without_traceback(monkeypatch):
     data = json.loads(result.output)
     assert data["ok"] is False and by_name(data)["driver"]["status"] == "FAIL"
     result = CliRunner().invoke(doctor_command, [])
-    assert isinstance(result.exception, PipelineError) and "driver" in result.exception.message
+    assert isinstance(result.exception, LpxError) and "driver" in result.exception.message
     assert "fix: install the NVIDIA driver" in result.output

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
 
@@ -67,7 +67,8 @@ def test_engine_per_arch_cached_and_rebuilt_on_version_change(tiny_checkpoint, i
 
     old, log = _runner(_cfg(tiny_checkpoint, "0.16"))
     rebuilt = old.run(old.cfg.variants, "build")[0].artifacts["build:sm90"]
-    assert rebuilt.key != sm90.key and "changed: build.trtllm_version: 1.2 -> 0.16" in log.getvalue()
+    assert rebuilt.key != sm90.key and "changed: target.trtllm_version: 1.2 -> 0.16" in log.getvalue()
+    assert "trtllm-build argv changed: --paged_kv_cache <unset> -> enable" in log.getvalue()
     assert "--paged_kv_cache" in rebuilt.manifest["results"]["command"]
 
 
@@ -77,7 +78,7 @@ def test_failed_build_leaves_no_engine_and_keeps_the_log(tiny_checkpoint, isolat
     monkeypatch.setenv("STANDIN_FAIL", "1")
     cfg = _cfg(tiny_checkpoint)
     runner, _ = _runner(cfg)
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         runner.run(cfg.variants, "build")
     kept = isolated_home / "logs" / "build-tiny-fp8-sm90.log"
     assert str(kept) in err.value.message and "out of memory" in err.value.detail

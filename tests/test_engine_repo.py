@@ -13,9 +13,9 @@ from helpers_trtllm import DEMO_LIMITS, run_standin, write_checkpoint
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
-from pipeline.stages import engine_repo
+from pipeline.errors import LpxError
 from pipeline.stages import repository as repo_stage
+from pipeline.stages.repository import engine_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = json.loads((ROOT / "tests/contracts/tensorrtllm_backend_models.json").read_text())
@@ -167,7 +167,7 @@ def test_token_counts_only_where_the_engine_has_them(built) -> None:
 # -- cross-checks against the engine's config.json ------------------------------------------------
 def test_max_batch_size_above_engine(tmp_path, tokenizer_dir) -> None:
     engine = build_engine(tmp_path, "latest", max_batch_size=4)
-    with pytest.raises(PipelineError, match=r"max_batch_size 8 .*max_batch_size 4"):
+    with pytest.raises(LpxError, match=r"max_batch_size 8 .*max_batch_size 4"):
         repo_stage.write_repository(tmp_path / "r", engine, make_cfg("1.2"), tokenizer_dir=tokenizer_dir)
 
 
@@ -188,26 +188,26 @@ def test_paged_context_fmha_required(tmp_path, tokenizer_dir, monkeypatch, knob)
         monkeypatch.setattr(engine_repo, "BATCH_SCHEDULER_POLICY", "max_utilization")
         kwargs, match = {"policy": "max_utilization"}, r"max_utilization .*use_paged_context_fmha is False"
     engine_cfg = engine_repo.read_engine_config(engine)
-    with pytest.raises(PipelineError, match=match):
+    with pytest.raises(LpxError, match=match):
         engine_repo.check_engine(engine_cfg, cfg, **kwargs)
 
 
 def test_streaming_requires_decoupled(tmp_path) -> None:
     engine = engine_repo.read_engine_config(build_engine(tmp_path, "latest"))
-    with pytest.raises(PipelineError, match=r"streaming True .*decoupled is False"):
+    with pytest.raises(LpxError, match=r"streaming True .*decoupled is False"):
         engine_repo.check_engine(engine, make_cfg("1.2"), decoupled=False, streaming=True)
     engine_repo.check_engine(engine, make_cfg("1.2"), decoupled=False, streaming=False)
 
 
 def test_engine_version_mismatch_and_missing_inputs(tmp_path, tokenizer_dir) -> None:
     engine = build_engine(tmp_path, "v0.16.0")
-    with pytest.raises(PipelineError, match=r"0\.16\.0 .*trtllm_version is 1\.2"):
+    with pytest.raises(LpxError, match=r"0\.16\.0 .*trtllm_version is 1\.2"):
         repo_stage.write_repository(tmp_path / "r", engine, make_cfg("1.2"), tokenizer_dir=tokenizer_dir)
-    with pytest.raises(PipelineError, match="tokenizer"):
+    with pytest.raises(LpxError, match="tokenizer"):
         repo_stage.write_repository(tmp_path / "r", engine, make_cfg("0.16"))
-    with pytest.raises(PipelineError, match="No tokenizer files"):
+    with pytest.raises(LpxError, match="No tokenizer files"):
         repo_stage.write_repository(tmp_path / "r", engine, make_cfg("0.16"), tokenizer_dir=tmp_path)
-    with pytest.raises(PipelineError, match="not a TensorRT-LLM engine folder"):
+    with pytest.raises(LpxError, match="not a TensorRT-LLM engine folder"):
         repo_stage.write_repository(
             tmp_path / "r", tokenizer_dir, make_cfg("0.16"), tokenizer_dir=tokenizer_dir
         )
@@ -215,7 +215,7 @@ def test_engine_version_mismatch_and_missing_inputs(tmp_path, tokenizer_dir) -> 
 
 def test_parameters_never_outside_contract(monkeypatch) -> None:
     monkeypatch.setitem(engine_repo.PARAMETER_KEYS, "latest", frozenset({"gpt_model_type"}))
-    with pytest.raises(PipelineError, match="not in backend latest"):
+    with pytest.raises(LpxError, match="not in backend latest"):
         engine_repo.parameters(make_cfg("1.2"), Path("/x"))
 
 

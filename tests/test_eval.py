@@ -8,10 +8,10 @@ import json
 import pytest
 from rich.console import Console
 
+from pipeline.cli.stages import eval_table
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 from pipeline.progress import Reporter
-from pipeline.report import eval_table
 from pipeline.runner import Runner
 
 
@@ -45,7 +45,7 @@ def test_gate_blocks_the_failing_variant_only(tiny_checkpoint, isolated_home):
 
     assert "build:any" in outcomes["bf16"].artifacts
     assert "build:any" not in outcomes["int4"].artifacts, "a variant failing the gate must not be built"
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         runner.raise_gate_failures()
     msg = err.value.message
     assert f"kl_mean {int4['kl_mean']:.4g} (allowed: quality_gate.max_kl 1e-06)" in msg

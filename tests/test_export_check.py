@@ -1,6 +1,6 @@
 """Export cross-check (issue 12): real ModelOpt exports of tiny seeded models whose config.json carries
 real models' RoPE / norm / activation / tie / window settings; TensorRT-LLM's names from
-tests/contracts/trtllm_checkpoint.json and pipeline/export_check.py's sources."""
+tests/contracts/trtllm_checkpoint.json and pipeline/stages/quantize/export_check.py's sources."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from helpers_models import REAL_CONFIGS, write_tiny_model
 from rich.console import Console
 
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
-from pipeline.export_check import check_trtllm, read_rope, source_fields
+from pipeline.errors import LpxError
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
+from pipeline.stages.quantize.export_check import check_trtllm
+from pipeline.stages.quantize.source_config import read_rope, source_fields
 
 LLAMA31_ROPE = {
     "factor": 8.0,
@@ -185,7 +186,7 @@ def test_a_conflicting_value_is_refused_with_both_values(demo_llama31):
     trt = json.loads(path.read_text())
     trt["rotary_base"] = 10000.0  # what TensorRT-LLM's own converter writes when it finds no rope_theta
     path.write_text(json.dumps(trt))
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         check_trtllm(
             json.loads((demo_llama31 / "config.json").read_text()), art.path / "trtllm", "variant 'fp8'"
         )
@@ -213,7 +214,7 @@ def test_longrope_on_a_llama_checkpoint_is_refused_before_commit(tiny_checkpoint
         },
     )
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         quantize(ckpt)
     msg = err.value.message
     assert (
@@ -226,7 +227,7 @@ def test_longrope_on_a_llama_checkpoint_is_refused_before_commit(tiny_checkpoint
 
 def test_a_sliding_window_shorter_than_max_seq_len_is_refused_before_work(tmp_path, isolated_home):
     ckpt = write_tiny_model(tmp_path / "mistral01", "mistral-7b-v0.3", sliding_window=256)
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         quantize(ckpt)
     assert err.value.exit_code == 2
     assert "sliding_window" in err.value.message and "256" in err.value.message and "512" in err.value.message
@@ -234,7 +235,7 @@ def test_a_sliding_window_shorter_than_max_seq_len_is_refused_before_work(tmp_pa
 
 
 def test_llmapi_options_must_not_contradict_the_checkpoint():
-    from pipeline.export_check import check_llmapi_options
+    from pipeline.stages.quantize.export_check import check_llmapi_options
 
     src = {
         "num_attention_heads": 4,
@@ -245,12 +246,12 @@ def test_llmapi_options_must_not_contradict_the_checkpoint():
     }
     check_llmapi_options(src, {"max_seq_len": 2048, "max_batch_size": 8}, "v")
     with pytest.raises(
-        PipelineError, match="max_seq_len 4096 but the checkpoint's max_position_embeddings is 2048"
+        LpxError, match="max_seq_len 4096 but the checkpoint's max_position_embeddings is 2048"
     ):
         check_llmapi_options(src, {"max_seq_len": 4096}, "v")
     with pytest.raises(
-        PipelineError, match="sliding_window: the source config says 1024 .* build.max_seq_len 2048"
+        LpxError, match="sliding_window: the source config says 1024 .* build.max_seq_len 2048"
     ):
         check_llmapi_options({**src, "sliding_window": 1024}, {"max_seq_len": 2048}, "v")
-    with pytest.raises(PipelineError, match="would override model fields rope_theta, vocab_size"):
+    with pytest.raises(LpxError, match="would override model fields rope_theta, vocab_size"):
         check_llmapi_options(src, {"max_seq_len": 64, "rope_theta": 1.0, "vocab_size": 8}, "v")

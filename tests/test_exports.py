@@ -10,10 +10,11 @@ import pytest
 from rich.console import Console
 
 from pipeline.config import parse_config
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import ConfigError, LpxError
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
 from pipeline.stages import quantize as qstage
+from pipeline.stages.quantize import model_io, resources
 
 
 def runner(ckpt, target="engine", exports=(), gate=None, fmt="fp8"):
@@ -70,10 +71,10 @@ def test_a_build_whose_export_is_missing_is_refused(tiny_checkpoint, isolated_ho
     art = r.quantize(r.cfg.variants[0])
     engine = runner(tiny_checkpoint, "engine")
     with pytest.raises(
-        PipelineError,
+        LpxError,
         match="has no trtllm/config.json .build.target engine reads it. - re-run 'lpx quantize'",
     ):
-        build.run(engine.cfg, engine.cfg.variants[0], art.path, "sm90", isolated_home / "out")
+        build.run(engine.ctx, engine.cfg.variants[0], art, "sm90", isolated_home / "out")
 
 
 def test_exports_are_validated():
@@ -86,12 +87,12 @@ def test_exports_are_validated():
 
 
 def test_estimate_follows_plan_weight_sizes(tiny_checkpoint):
-    from pipeline.checkpoint import inspect_checkpoint
-    from pipeline.plan import shape_from_config, weight_bytes
+    from pipeline.inspection.checkpoint import inspect_checkpoint
+    from pipeline.inspection.plan import shape_from_config, weight_bytes
 
     info = inspect_checkpoint(tiny_checkpoint)
     shape = shape_from_config(info.config, "t")
-    est = qstage.estimate_bytes(info, "int4_awq", ("hf", "state", "trtllm"))
+    est = resources.estimate_bytes(info, "int4_awq", ("hf", "state", "trtllm"))
     assert (
         est["trtllm"] == est["hf"] == int(weight_bytes(shape, "int4_awq")["weight_bytes"] * 1.05) + (64 << 20)
     )
@@ -99,14 +100,14 @@ def test_estimate_follows_plan_weight_sizes(tiny_checkpoint):
 
 
 def test_a_disk_too_small_is_refused_before_any_work(tiny_checkpoint, isolated_home, monkeypatch):
-    monkeypatch.setattr(qstage, "free_bytes", lambda path: 100 << 20)  # 100 MiB free
+    monkeypatch.setattr(resources, "free_bytes", lambda path: 100 << 20)  # 100 MiB free
 
     def no_load(*a, **k):
         raise AssertionError("the model must not be loaded when the disk cannot take the exports")
 
     monkeypatch.setattr(qstage, "load_model", no_load)
     r = runner(tiny_checkpoint, "torch", exports=["trtllm", "hf"])
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         r.quantize(r.cfg.variants[0])
     msg = err.value.message
     assert "Not enough disk for variant 'v' of tiny" in msg and "0.10 GiB free" in msg
@@ -125,15 +126,15 @@ def test_a_disk_too_small_is_refused_before_any_work(tiny_checkpoint, isolated_h
     ],
 )
 def test_a_disk_that_fills_while_writing_leaves_nothing(tiny_checkpoint, isolated_home, monkeypatch, failure):
-    real = qstage._export_trtllm
+    real = model_io.export_trtllm
 
     def fill_up(cfg, info, model, out):
         real(cfg, info, model, out)  # half the work is on disk when the disk fills
         raise failure
 
-    monkeypatch.setattr(qstage, "_export_trtllm", fill_up)
+    monkeypatch.setattr(qstage, "export_trtllm", fill_up)
     r = runner(tiny_checkpoint, "engine")
-    with pytest.raises(PipelineError) as err:
+    with pytest.raises(LpxError) as err:
         r.quantize(r.cfg.variants[0])
     msg = err.value.message
     assert msg.startswith("The disk filled while writing the quantize exports into ") and "GiB free" in msg

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
-from pipeline.stages.llmapi import serve_command, write_llmapi
+from pipeline.errors import LpxError
+from pipeline.stages.build.llmapi import serve_command, write_llmapi
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "trtllm_llmapi_options.json").read_text())
 OPTIONS = CONTRACT["options"]
@@ -48,7 +48,7 @@ def _quantized(tmp_path: Path, with_hf: bool = True) -> Path:
         (ckpt / "hf").mkdir()
         for name in HF_FILES:
             (ckpt / "hf" / name).write_text(f"placeholder {name}\n")
-        # the options are checked against the checkpoint's config (pipeline/export_check.py)
+        # the options are checked against the checkpoint's config (pipeline/stages/quantize/export_check.py)
         (ckpt / "hf" / "config.json").write_text(
             json.dumps(
                 {
@@ -155,22 +155,20 @@ def test_checkpoint_files_are_hard_links(tmp_path):
 
 def test_refuses_missing_hf(tmp_path):
     cfg, variant = _cfg(kv="none")
-    with pytest.raises(PipelineError, match=r"no HF checkpoint \(hf/config.json\).*re-run 'lpx quantize'"):
+    with pytest.raises(LpxError, match=r"no HF checkpoint \(hf/config.json\).*re-run 'lpx quantize'"):
         write_llmapi(cfg, variant, _quantized(tmp_path, with_hf=False), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_refuses_int8_kv(tmp_path):
     cfg, variant = _cfg(kv="int8")
-    with pytest.raises(PipelineError, match=r"INT8 KV cache.*kv_cache: fp8 or none.*build.target: engine"):
+    with pytest.raises(LpxError, match=r"INT8 KV cache.*kv_cache: fp8 or none.*build.target: engine"):
         write_llmapi(cfg, variant, _quantized(tmp_path, with_hf=False), tmp_path / "out")
 
 
 def test_refuses_trtllm_016(tmp_path):
     cfg, variant = _cfg(version="0.16")
-    with pytest.raises(
-        PipelineError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.2'.*build.target: engine"
-    ):
+    with pytest.raises(LpxError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.2'.*build.target: engine"):
         write_llmapi(cfg, variant, _quantized(tmp_path), tmp_path / "out")
 
 

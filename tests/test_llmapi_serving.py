@@ -16,7 +16,7 @@ from helpers_engine import running_server
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 
 pytestmark = pytest.mark.slow  # every test needs the quantize -> build -> repo fixture
 STANDIN = Path(__file__).parent / "standin_tensorrt_llm"
@@ -109,7 +109,7 @@ def test_triton_batch_above_the_builds_is_refused(built, tmp_path) -> None:
     bigger = cfg.model_copy(deep=True)
     bigger.build.max_batch_size = cfg.build.max_batch_size * 2
     with pytest.raises(
-        PipelineError,
+        LpxError,
         match=rf"max_batch_size {bigger.build.max_batch_size} .*llmapi build's "
         rf"max_batch_size {cfg.build.max_batch_size}",
     ):
@@ -125,7 +125,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     import tensorrt_llm
     import yaml
 
-    from pipeline.engines.llmapi_engine import LlmApiEngine
+    from pipeline.runtime.engines.llmapi_engine import LlmApiEngine
 
     assert tensorrt_llm.__version__.endswith("standin")
     _, engine_dir, _, _ = built
@@ -133,7 +133,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     tensorrt_llm.CALLS.clear()
     with LlmApiEngine(engine_dir) as engine:
         tokens = engine.generate([5, 6, 7], 6, end_ids=[2, 9], temperature=0.0)
-        with pytest.raises(PipelineError, match="max_input_len"):
+        with pytest.raises(LpxError, match="max_input_len"):
             engine.submit([5] * (options["max_input_len"] + 1), 4, end_ids=[2])
         stream = engine.submit([5, 6, 7], 50, end_ids=[2], temperature=0.0)
         next(stream)
@@ -159,7 +159,7 @@ def server(built):
 def reference(built) -> dict[str, list[int]]:
     """transformers' greedy ids on the llmapi build's own checkpoint (the unified HF export), stopping at
     every end-of-sequence id of its generation_config.json."""
-    from pipeline.engine_model import eos_ids
+    from pipeline.runtime.engine_model import eos_ids
 
     hf = built[1] / "checkpoint"
     return {p: greedy(hf, p, eos_ids(hf)) for p in PROMPTS}
@@ -177,7 +177,7 @@ def expected(built, reference) -> dict[str, str]:
 def test_every_end_of_sequence_id_stops_the_answer(server, built, checkpoint, reference, expected) -> None:
     """generation_config.json lists two EOS ids; the second one ends PROMPTS[0]'s answer mid-way."""
     from pipeline.client import generate_stream
-    from pipeline.engine_model import eos_ids
+    from pipeline.runtime.engine_model import eos_ids
 
     extra = checkpoint[1]
     assert eos_ids(built[1] / "checkpoint")[1:] == [extra], "the export kept both end-of-sequence ids"
@@ -223,7 +223,7 @@ def test_http_generate_and_token_counts(server, expected) -> None:
 def test_bad_requests_are_errors_and_the_server_keeps_serving(server, expected) -> None:
     from pipeline.client import generate_stream
 
-    with pytest.raises(PipelineError, match="max_tokens"):
+    with pytest.raises(LpxError, match="max_tokens"):
         list(generate_stream(server.grpc_url, PROMPTS[0], 100000))
     chunks = list(generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS))
     assert "".join(c.text for c in chunks) == expected[PROMPTS[0]]

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from pipeline.cli.tools import matrix as matrix_command
 from pipeline.config import load_config
-from pipeline.errors import PipelineError
-from pipeline.matrix import build_matrix, excluded_cells, matrix_command, write_cell_config
+from pipeline.errors import LpxError
+from pipeline.inspection.matrix import build_matrix, excluded_cells, write_cell_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = [ROOT / "scripts" / "ci" / f"{s}.sh" for s in ("quantize", "build", "package")]
@@ -96,14 +97,14 @@ def test_github_format(cfg_path: Path) -> None:
 def test_config_required(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(matrix_command, [])
-    assert isinstance(result.exception, PipelineError) and "-c lpx.yaml" in result.exception.message
+    assert isinstance(result.exception, LpxError) and "-c lpx.yaml" in result.exception.message
 
 
 def test_cell_config_narrows_archs(cfg_path: Path, tmp_path: Path) -> None:
     out = write_cell_config(cfg_path, "a", None, tmp_path / "a.yaml")
     assert load_config(out).build.archs == ["sm90", "sm100"]
     assert load_config(write_cell_config(cfg_path, "c", "sm80", tmp_path / "c.yaml")).build.archs == ["sm80"]
-    with pytest.raises(PipelineError, match="needs sm100"):
+    with pytest.raises(LpxError, match="needs sm100"):
         write_cell_config(cfg_path, "b", "sm90", tmp_path / "b.yaml")
 
 

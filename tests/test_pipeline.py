@@ -59,7 +59,7 @@ def test_quantize_build_cached_then_changed(demo_config, isolated_home):
     _edit(demo_config, lambda d: d["variants"][0]["quantization"].update(exports=["trtllm", "hf"]))
     fourth = lpx("run", "-c", str(demo_config), "--until", "quantize", env_home=isolated_home)
     assert fourth.returncode == 0, fourth.stderr
-    assert "changed: export.exports:" in fourth.stderr
+    assert "changed: quantization.exports: [] -> " in fourth.stderr and "export.exports:" in fourth.stderr
     (ckpt_dir,) = [d for d in slot.iterdir() if (d / "trtllm").is_dir()]
     trt = json.loads((ckpt_dir / "trtllm" / "config.json").read_text())
     assert trt["quantization"]["quant_algo"] == "FP8" and trt["rotary_base"] == 10000.0

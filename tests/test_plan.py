@@ -8,9 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipeline.errors import PipelineError
-from pipeline.gpus import GPUS, find_gpu, lookup_gpu
-from pipeline.plan import PRESETS, kv_bytes_per_token, load_shape, plan, plan_command, weight_bytes
+from pipeline.cli.tools import plan as plan_command
+from pipeline.errors import LpxError
+from pipeline.facts.gpu import GPUS, find_gpu, lookup_gpu
+from pipeline.inspection.plan import PRESETS, kv_bytes_per_token, load_shape, plan, weight_bytes
 
 LLAMA8B = PRESETS["llama-3.1-8b"]
 
@@ -101,7 +102,7 @@ def test_gpu_table_and_unknown():
     assert find_gpu("NVIDIA L40") is None and find_gpu("GH200 480GB") is None
     assert all(g.source for g in GPUS.values())
     assert GPUS["b200"].nvfp4 and not GPUS["h200"].nvfp4 and GPUS["l4"].fp8 and not GPUS["a100-80gb"].fp8
-    with pytest.raises(PipelineError, match="use one of"):
+    with pytest.raises(LpxError, match="use one of"):
         lookup_gpu("Tesla T4")
 
 
@@ -119,10 +120,10 @@ def test_model_config_file_and_checkpoint(tmp_path):
     shape = load_shape(tmp_path, None, None)
     assert kv_bytes_per_token(shape) == 131072 and shape.params == LLAMA8B.params
     assert load_shape(None, tmp_path / "config.json", None).head_dim == 128
-    with pytest.raises(PipelineError, match="exactly one"):
+    with pytest.raises(LpxError, match="exactly one"):
         load_shape(tmp_path, None, "llama-3.1-8b")
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(PipelineError, match="no num_attention_heads"):
+    with pytest.raises(LpxError, match="no num_attention_heads"):
         load_shape(None, tmp_path / "bad.json", None)
 
 
@@ -142,4 +143,4 @@ def test_cli_json_and_table():
     table = CliRunner().invoke(plan_command, ["--preset", "mistral-7b", "--gpu", "l40s"])
     assert table.exit_code == 0 and "int4_awq" in table.output and "128 KiB" in table.output
     bad = CliRunner().invoke(plan_command, ["--preset", "gpt-5"])
-    assert isinstance(bad.exception, PipelineError) and "llama-3.1-8b" in bad.exception.message
+    assert isinstance(bad.exception, LpxError) and "llama-3.1-8b" in bad.exception.message

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pipeline.calibration import load_texts
 from pipeline.config import Calibration, parse_config
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
+from pipeline.facts.formats import KV_ALGO, QUANT_ALGO
+from pipeline.facts.trtllm import LINES
 from pipeline.progress import Reporter
-from pipeline.recipes import KV_ALGO, QUANT_ALGO, TRTLLM_SUPPORTS
 from pipeline.runner import Runner
+from pipeline.texts import load_texts
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "trtllm_checkpoint.json").read_text())
 ALL = ["trtllm", "hf"]  # beside the torch target's state/: every export, for the contract checks
@@ -70,7 +71,7 @@ def test_trtllm_checkpoint_matches_contract(quantized, variant, version):
     fmt = art.manifest["results"]["format"]
     kv = art.manifest["results"]["kv_cache"]
     line = "1.2" if version == "latest" else "0.16"
-    if QUANT_ALGO[fmt] and QUANT_ALGO[fmt] not in TRTLLM_SUPPORTS[line]:
+    if QUANT_ALGO[fmt] and QUANT_ALGO[fmt] not in LINES[line].quant_algos:
         pytest.skip(
             f"{fmt} is refused for TensorRT-LLM {line} before quantizing (test_capability_checks_refuse_before_work)"
         )
@@ -174,7 +175,7 @@ def test_capability_checks_refuse_before_work(tiny_checkpoint, isolated_home):
         if message is None:
             runner.check(runner.cfg.variants[0])
             continue
-        with pytest.raises(PipelineError, match=message):
+        with pytest.raises(LpxError, match=message):
             runner.run(runner.cfg.variants, "quantize")
     assert not (isolated_home / "artifacts").exists(), "a refused variant must not start any work"
 
@@ -184,20 +185,20 @@ def test_calibration_sources(tmp_path):
     jsonl.write_text('{"prompt": "one two"}\n\n{"prompt": "three"}\n')
     got = load_texts(Calibration(data=jsonl, jsonl_field="prompt", samples=2))
     assert got.texts == ["one two", "three"] and got.source == str(jsonl)
-    with pytest.raises(PipelineError, match="line 1 is not a JSON object with a 'text' field"):
+    with pytest.raises(LpxError, match="line 1 is not a JSON object with a 'text' field"):
         load_texts(Calibration(data=jsonl, samples=1))
     txt = tmp_path / "cal.txt"
     txt.write_text("first paragraph\nstill first\n\nsecond\n")
     assert load_texts(Calibration(data=txt, samples=2)).texts == ["first paragraph\nstill first", "second"]
-    with pytest.raises(PipelineError, match="has 2 samples but calibration.samples asks for 5"):
+    with pytest.raises(LpxError, match="has 2 samples but calibration.samples asks for 5"):
         load_texts(Calibration(data=txt, samples=5))
     (tmp_path / "empty.txt").write_text("\n\n")
-    with pytest.raises(PipelineError, match="holds no text samples"):
+    with pytest.raises(LpxError, match="holds no text samples"):
         load_texts(Calibration(data=tmp_path / "empty.txt"))
-    with pytest.raises(PipelineError, match="no file at"):
+    with pytest.raises(LpxError, match="no file at"):
         load_texts(Calibration(data=tmp_path / "missing.txt"))
     (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
-    with pytest.raises(PipelineError, match="is not UTF-8"):
+    with pytest.raises(LpxError, match="is not UTF-8"):
         load_texts(Calibration(data=tmp_path / "latin1.txt", samples=1))
     builtin = load_texts(Calibration(samples=32))
     assert builtin.source == "lpx:calibration.txt" and len(builtin.texts) == 32

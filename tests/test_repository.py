@@ -13,21 +13,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 from pipeline.stages import repository as repo_stage
+from pipeline.stages.repository.model_configs import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT = next(
-    (
-        p
-        for p in (
-            ROOT / "tests/contracts/tensorrtllm_backend_models.json",
-            ROOT.parent / "shared/contracts/tensorrtllm_backend_models.json",
-        )
-        if p.is_file()
-    ),
-    None,
-)
+CONTRACT = ROOT / "tests/contracts/tensorrtllm_backend_models.json"
 TEXT = "Hello world, the river ran. 中文 😀 naïve café - done"
 
 
@@ -67,10 +58,6 @@ def parsed(repo_dir: Path, model: str) -> mc.ModelConfig:
 
 
 def contract_models() -> dict:
-    if CONTRACT is None:
-        pytest.skip(
-            "tensorrtllm_backend_models.json contract not found (tests/contracts or ../shared/contracts)"
-        )
     return json.loads(CONTRACT.read_text())["versions"]["latest"]["models"]
 
 
@@ -105,7 +92,7 @@ def test_layout_and_summary(repo, engine_dir: Path, cfg) -> None:
 
 def test_configs_parse_and_are_relocatable(repo, cfg) -> None:
     dest, _ = repo
-    for model in repo_stage.MODELS:
+    for model in MODELS:
         conf = parsed(dest, model)
         assert conf.name == model and conf.max_batch_size == cfg.build.max_batch_size
         assert "${" not in (dest / model / "config.pbtxt").read_text()
@@ -206,11 +193,11 @@ def test_ensemble_wiring_matches_upstream_and_types_agree(repo) -> None:
 
 
 def test_non_torch_target_and_bad_engine_are_clear_errors(tmp_path: Path, engine_dir: Path, cfg) -> None:
-    with pytest.raises(PipelineError, match="lpx build"):
+    with pytest.raises(LpxError, match="lpx build"):
         repo_stage.write_repository(tmp_path / "r1", tmp_path, cfg)
     other = cfg.model_copy(deep=True)
     other.build.target = "llmapi"  # a torch engine folder is not an llmapi build folder
-    with pytest.raises(PipelineError, match=r"not an llmapi build folder .*build.target: llmapi"):
+    with pytest.raises(LpxError, match=r"not an llmapi build folder .*build.target: llmapi"):
         repo_stage.write_repository(tmp_path / "r2", engine_dir, other)
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from pipeline.config import parse_config
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
-from pipeline.stages.quantize import STATE_FILE
+from pipeline.stages.quantize.model_io import STATE_FILE
 
 
 def old_restore(state, dtype):
@@ -77,7 +77,7 @@ def assert_same_model(new, old, tied: bool):
 def test_meta_device_restore_is_bit_identical(models, name, fmt, isolated_home):
     import torch
 
-    from pipeline.stages.quantize import restore
+    from pipeline.stages.quantize.model_io import restore
 
     _, art = quantized_state(models[name], fmt)
     state = art.path / "state"
@@ -91,7 +91,7 @@ def test_meta_device_restore_is_bit_identical(models, name, fmt, isolated_home):
 def test_torch_engine_load_model_uses_the_meta_path_and_matches(models, isolated_home):
     import torch
 
-    from pipeline.engines.torch_engine import load_model
+    from pipeline.runtime.engines.torch_engine import load_model
 
     runner, art = quantized_state(models["llama-3.2-1b"], "fp8")
     engine = runner.build(runner.cfg.variants[0], art, "any")
@@ -128,8 +128,8 @@ def test_hf_export_after_trtllm_restores_through_the_meta_path(models, isolated_
 def test_a_buffer_lpx_cannot_compute_falls_back_to_from_config(models, isolated_home, monkeypatch):
     import torch
 
-    from pipeline import restore as restore_mod
-    from pipeline.stages.quantize import restore
+    from pipeline.runtime import restore as restore_mod
+    from pipeline.stages.quantize.model_io import restore
 
     def drifted(module):  # as if a later transformers renamed what the rotary module keeps
         raise AttributeError("no compute_default_rope_parameters")

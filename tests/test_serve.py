@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import client
-from pipeline.errors import PipelineError
-from pipeline.stages import serve
+from pipeline.errors import LpxError
+from pipeline.stages.serve import binary
+from pipeline.stages.serve import tritonserver as serve
 
 TOY_CONFIG = """
 name: "ensemble"
@@ -93,14 +94,14 @@ def server(tmp_path_factory):
 # -- without a server ------------------------------------------------------------------------------
 def test_find_tritonserver_missing_names_fix(monkeypatch):
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(serve, "CONTAINER_BIN", Path("/nonexistent/tritonserver"))
-    monkeypatch.setattr(serve, "bundled_root", lambda: None)
-    with pytest.raises(PipelineError, match=r"pip install 'lpx\[triton\]'"):
-        serve.find_tritonserver()
+    monkeypatch.setattr(binary, "CONTAINER_BIN", Path("/nonexistent/tritonserver"))
+    monkeypatch.setattr(binary, "bundled_root", lambda: None)
+    with pytest.raises(LpxError, match=r"pip install 'lpx\[triton\]'"):
+        binary.find_tritonserver()
 
 
 def test_find_tritonserver_bundled():
-    path = serve.find_tritonserver()
+    path = binary.find_tritonserver()
     assert path.is_file() and os.access(path, os.X_OK)
 
 
@@ -110,7 +111,7 @@ def test_busy_port_fails_before_launch(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         srv = serve.TritonServer(write_repo(tmp_path / "repo"), grpc_port=port)
-        with pytest.raises(PipelineError, match=rf"{port}.*serving\.grpc_port"):
+        with pytest.raises(LpxError, match=rf"{port}.*serving\.grpc_port"):
             srv.start()
         assert srv.proc is None
 
@@ -118,7 +119,7 @@ def test_busy_port_fails_before_launch(tmp_path):
 def test_connection_refused_names_serve(tmp_path):
     port = serve._pick_ports("127.0.0.1", 1)[0]
     for protocol in ("grpc", "http"):
-        with pytest.raises(PipelineError, match="lpx serve"):
+        with pytest.raises(LpxError, match="lpx serve"):
             client.generate(f"127.0.0.1:{port}", "hi", 4, protocol=protocol, timeout_s=10)
 
 
@@ -160,7 +161,7 @@ def test_stream_words_in_order(server, protocol):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_unknown_model_is_pipeline_error(server, protocol):
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    with pytest.raises(PipelineError, match="nope") as info:
+    with pytest.raises(LpxError, match="nope") as info:
         client.generate(url, PROMPT, 4, model="nope", protocol=protocol, timeout_s=10)
     assert "model name" in info.value.message
 
@@ -171,7 +172,7 @@ def test_broken_config_shows_parse_error(tmp_path):
         tmp_path / "repo", TOY_CONFIG.replace("max_batch_size: 8", "max_batch_size: 8 bogus_field: 1")
     )
     srv = serve.TritonServer(repo, ready_timeout_s=60)
-    with pytest.raises(PipelineError, match="exited") as info:
+    with pytest.raises(LpxError, match="exited") as info:
         srv.start()
     assert "Error parsing text-format inference.ModelConfig" in (info.value.detail or "")
     assert srv.proc is None and not list(Path("/dev/shm").glob(f"{srv.shm_prefix}*"))
@@ -185,7 +186,7 @@ def test_serve_forever_returns_on_signal_and_raises_on_death(tmp_path):
         assert srv.alive()
         prefix = srv.shm_prefix
         srv.proc.kill()  # Triton dies; its stubs and /dev/shm regions are left behind
-        with pytest.raises(PipelineError, match="stopped unexpectedly"):
+        with pytest.raises(LpxError, match="stopped unexpectedly"):
             serve.serve_forever(srv, poll_s=0.1)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not list(Path("/dev/shm").glob(f"{prefix}*"))
@@ -202,7 +203,7 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     code = (
         "import sys, time; from pathlib import Path\n"
         "from pipeline.bench.toy import write_toy_repo\n"
-        "from pipeline.stages.serve import TritonServer\n"
+        "from pipeline.stages.serve.tritonserver import TritonServer\n"
         "s = TritonServer(write_toy_repo(Path(sys.argv[1]), 10, 5)).start()\n"
         "print(s.proc.pid, flush=True); time.sleep(600)\n"
     )

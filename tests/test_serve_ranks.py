@@ -8,9 +8,10 @@ import pytest
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
-from pipeline.serving import world_size
-from pipeline.stages import serve
+from pipeline.errors import LpxError
+from pipeline.stages.serve import ranks as mpi
+from pipeline.stages.serve import tritonserver as serve
+from pipeline.stages.serve import world_size
 
 BIN = Path("/opt/tritonserver/bin/tritonserver")
 REPO = Path("/models/repo")
@@ -35,7 +36,7 @@ def ranks(cmd: list[str]) -> list[list[str]]:
 
 
 def compose(n: int, host: str = "127.0.0.1", tmp: Path = Path("/tmp/logs")) -> list[str]:
-    return serve.mpi_command(BIN, REPO, n, host, PORTS, "lpx1_ab_", tmp, mpirun=MPIRUN)
+    return mpi.mpi_command(BIN, REPO, n, host, PORTS, "lpx1_ab_", tmp, mpirun=MPIRUN)
 
 
 def flag(args: list[str], name: str) -> list[str]:
@@ -58,7 +59,7 @@ def test_world_size_1_is_plain_tritonserver() -> None:
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
 def test_rank0_serves_everything_other_ranks_load_only_the_engine(n: int, host: str, monkeypatch) -> None:
-    monkeypatch.setattr(serve.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(mpi.os, "geteuid", lambda: 1000)
     cmd = compose(n, host)
     assert "--allow-run-as-root" not in cmd and "--oversubscribe" not in cmd
     blocks = ranks(cmd)
@@ -83,27 +84,27 @@ def test_rank0_serves_everything_other_ranks_load_only_the_engine(n: int, host: 
 
 
 def test_run_as_root_only_as_root(monkeypatch) -> None:
-    monkeypatch.setattr(serve.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mpi.os, "geteuid", lambda: 0)
     cmd = compose(2)
     assert cmd[:2] == [str(MPIRUN), "--allow-run-as-root"] and cmd[2:4] == ["-n", "1"]
 
 
 def test_mpirun_missing_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(serve.shutil, "which", lambda name: None)
-    with pytest.raises(PipelineError, match="mpirun not found.*install Open MPI"):
-        serve.mpi_command(BIN, REPO, 2, "127.0.0.1", PORTS, "p_", tmp_path)
-    assert serve.mpi_command(BIN, REPO, 1, "127.0.0.1", PORTS, "p_", tmp_path)[0] == str(BIN)
+    monkeypatch.setattr(mpi.shutil, "which", lambda name: None)
+    with pytest.raises(LpxError, match="mpirun not found.*install Open MPI"):
+        mpi.mpi_command(BIN, REPO, 2, "127.0.0.1", PORTS, "p_", tmp_path)
+    assert mpi.mpi_command(BIN, REPO, 1, "127.0.0.1", PORTS, "p_", tmp_path)[0] == str(BIN)
     # TritonServer says so in preflight, before anything is started
     monkeypatch.setattr(serve, "find_tritonserver", lambda: BIN)
-    with pytest.raises(PipelineError, match="mpirun not found"):
+    with pytest.raises(LpxError, match="mpirun not found"):
         serve.TritonServer(tmp_path, world_size=2).preflight()
     assert serve.TritonServer(tmp_path).preflight() == BIN
-    with pytest.raises(PipelineError, match="world_size must be at least 1"):
-        serve.mpi_command(BIN, REPO, 0, "127.0.0.1", PORTS, "p_", tmp_path)
+    with pytest.raises(LpxError, match="world_size must be at least 1"):
+        mpi.mpi_command(BIN, REPO, 0, "127.0.0.1", PORTS, "p_", tmp_path)
 
 
 def test_server_command_uses_ranks_and_keeps_extra_args_on_rank0(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(serve.shutil, "which", lambda name: str(MPIRUN) if name == "mpirun" else None)
+    monkeypatch.setattr(mpi.shutil, "which", lambda name: str(MPIRUN) if name == "mpirun" else None)
     srv = serve.TritonServer(
         tmp_path, host="127.0.0.1", log_path=tmp_path / "t.log", world_size=2, extra_args=["--log-verbose=1"]
     )

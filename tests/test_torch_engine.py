@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers_engine import reference_greedy
 
-from pipeline.engines.torch_engine import TorchEngine, read_meta
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
+from pipeline.runtime.engines.torch_engine import TorchEngine, read_meta
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories"]
@@ -94,20 +94,20 @@ def test_cancel_ends_stream(engine: TorchEngine, tokenizer) -> None:
 
 
 def test_limits_are_clear_errors(engine: TorchEngine) -> None:
-    with pytest.raises(PipelineError, match="max_input_len"):
+    with pytest.raises(LpxError, match="max_input_len"):
         engine.submit([5] * (engine.meta["max_input_len"] + 1), 4)
-    with pytest.raises(PipelineError, match="max_seq_len"):
+    with pytest.raises(LpxError, match="max_seq_len"):
         engine.submit([5, 6], engine.meta["max_seq_len"])
-    with pytest.raises(PipelineError, match="vocabulary"):
+    with pytest.raises(LpxError, match="vocabulary"):
         engine.submit([engine.vocab_size + 3], 4)
 
 
 def test_engine_meta_errors(tmp_path: Path) -> None:
-    with pytest.raises(PipelineError, match="lpx build"):
+    with pytest.raises(LpxError, match="lpx build"):
         read_meta(tmp_path)
     (tmp_path / "lpx_engine.json").write_text("{not json")
-    with pytest.raises(PipelineError, match="not JSON"):
+    with pytest.raises(LpxError, match="not JSON"):
         read_meta(tmp_path)
     (tmp_path / "lpx_engine.json").write_text(json.dumps({"target": "torch"}))
-    with pytest.raises(PipelineError, match="lacks"):
+    with pytest.raises(LpxError, match="lacks"):
         read_meta(tmp_path)

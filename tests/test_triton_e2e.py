@@ -13,7 +13,7 @@ from helpers_engine import reference_greedy, running_server
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import LpxError
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories"]
@@ -54,7 +54,7 @@ def raw_stream(url: str, prompt: str, max_tokens: int, **lists: list[str]) -> st
         while True:
             result, error = results.get(timeout=60)
             if error is not None:
-                raise PipelineError(str(error))
+                raise LpxError(str(error))
             text += b"".join(result.as_numpy("text_output").reshape(-1)).decode()
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return text
@@ -152,9 +152,9 @@ def test_concurrent_streams_all_finish_with_their_own_text(server, expected: dic
 def test_sampling_and_limits(server) -> None:
     text, _ = text_of(server.grpc_url, PROMPTS[1], 16, stream=True, temperature=0.8, top_k=20, top_p=0.9)
     assert text.strip()
-    with pytest.raises(PipelineError, match="max_tokens_cap"):
+    with pytest.raises(LpxError, match="max_tokens_cap"):
         text_of(server.grpc_url, PROMPTS[1], 10_000, stream=True)
-    with pytest.raises(PipelineError, match="bad_words is not supported"):
+    with pytest.raises(LpxError, match="bad_words is not supported"):
         raw_stream(server.grpc_url, PROMPTS[1], 8, bad_words=["the"])
 
 

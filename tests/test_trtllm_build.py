@@ -4,7 +4,6 @@ tests/standin_trtllm_build.py (TensorRT-LLM cannot be installed here)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,10 +11,12 @@ from pathlib import Path
 import pytest
 from helpers_trtllm import DEMO_LIMITS, STANDIN, run_standin, write_checkpoint
 
+from pipeline.artifacts import owner_alive  # a zombie counts as dead
 from pipeline.config import parse_config
-from pipeline.errors import PipelineError
-from pipeline.recipes import QUANT_ALGO
-from pipeline.stages import trtllm_build as tb
+from pipeline.errors import LpxError
+from pipeline.facts.formats import QUANT_ALGO
+from pipeline.stages.build import trtllm_build as tb
+from pipeline.stages.build import trtllm_run as tr
 
 HERE = Path(__file__).resolve().parent
 CONTRACT = json.loads((HERE / "contracts" / "trtllm_build_flags.json").read_text())
@@ -45,7 +46,7 @@ def flags_of(argv: list[str]) -> dict[str, str]:
 
 @pytest.fixture
 def standin_binary(monkeypatch):
-    monkeypatch.setenv(tb.BINARY_ENV, f"{sys.executable} {STANDIN}")
+    monkeypatch.setenv(tr.BINARY_ENV, f"{sys.executable} {STANDIN}")
 
 
 @pytest.mark.parametrize("version,fmt", CASES)
@@ -117,12 +118,12 @@ def test_compose_reuses_existing_timing_cache(tmp_path):
 
 
 def test_compose_refusals(tmp_path):
-    with pytest.raises(PipelineError, match="trtllm_version: 1.2"):
+    with pytest.raises(LpxError, match="trtllm_version: 1.2"):
         tb.compose(make_config("nvfp4"), "nvfp4", tmp_path, tmp_path / "e", tmp_path / "t", "0.16")
-    with pytest.raises(PipelineError, match="1.2 or 0.16"):
+    with pytest.raises(LpxError, match="1.2 or 0.16"):
         tb.compose(make_config(), "none", tmp_path, tmp_path / "e", tmp_path / "t", "0.12")
     ckpt = write_checkpoint(tmp_path / "ckpt", world=2)
-    with pytest.raises(PipelineError, match="tp_size"):
+    with pytest.raises(LpxError, match="tp_size"):
         tb.compose(make_config(), "none", ckpt, tmp_path / "e", tmp_path / "t", "1.2")
     argv, _ = tb.compose(make_config(tp_size=2), "none", ckpt, tmp_path / "e", tmp_path / "t", "1.2")
     assert flags_of(argv)["--workers"] == "2"
@@ -201,7 +202,7 @@ def test_run_build_success(tmp_path, standin_binary, monkeypatch):
     ckpt = write_checkpoint(tmp_path / "ckpt", "fp8")
     argv, _ = tb.compose(make_config("fp8"), "fp8", ckpt, tmp_path / "engine", tmp_path / "t.cache", "1.2")
     lines: list[str] = []
-    elapsed = tb.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=lines.append)
+    elapsed = tr.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=lines.append)
     assert elapsed > 0 and any("Total time" in line for line in lines)
     log = (tmp_path / "build.log").read_text()
     assert log.startswith("$ ") and "--checkpoint_dir" in log and "Total time" in log
@@ -211,61 +212,54 @@ def test_run_build_success(tmp_path, standin_binary, monkeypatch):
     assert (tmp_path / "t.cache").is_file()
 
 
-def test_run_build_failure_has_log_tail(tmp_path, standin_binary, monkeypatch):
-    monkeypatch.setenv("STANDIN_FAIL", "1")
+@pytest.mark.parametrize(
+    "knob,message,in_log_tail",
+    [
+        ("STANDIN_FAIL", "exit code 1", "out of memory"),
+        ("STANDIN_KILLED", "killed by SIGKILL", "Build phase: starting"),
+    ],
+)
+def test_run_build_failures_carry_the_log_tail(
+    tmp_path, standin_binary, monkeypatch, knob, message, in_log_tail
+):
+    """A non-zero exit and a child killed from outside are both failures, with the log's tail attached."""
+    monkeypatch.setenv(knob, "1")
     ckpt = write_checkpoint(tmp_path / "ckpt")
     argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
-    with pytest.raises(PipelineError, match="exit code 1") as info:
-        tb.run_build(argv, tmp_path / "build.log", timeout_s=60)
-    assert "out of memory" in info.value.detail and "build.log" in info.value.message
-
-
-def test_run_build_killed_child_is_a_failure(tmp_path, standin_binary, monkeypatch):
-    monkeypatch.setenv("STANDIN_KILLED", "1")
-    ckpt = write_checkpoint(tmp_path / "ckpt")
-    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
-    with pytest.raises(PipelineError, match="killed by SIGKILL") as info:
-        tb.run_build(argv, tmp_path / "build.log", timeout_s=60)
-    assert "Build phase: starting" in info.value.detail
+    with pytest.raises(LpxError, match=message) as info:
+        tr.run_build(argv, tmp_path / "build.log", timeout_s=60)
+    assert in_log_tail in info.value.detail and "build.log" in info.value.message
     assert not (tmp_path / "engine" / "config.json").exists()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def test_run_build_timeout_kills_process_group(tmp_path, standin_binary, monkeypatch):
+@pytest.fixture
+def sleeping_build(tmp_path, standin_binary, monkeypatch) -> tuple[list[str], Path]:
+    """(argv, pid file) of a stand-in build that sleeps for a minute and records its processes' pids."""
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("STANDIN_SLEEP", "60")
     monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
     ckpt = write_checkpoint(tmp_path / "ckpt")
     argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+    return argv, pidfile
+
+
+def test_run_build_timeout_kills_process_group(tmp_path, sleeping_build):
+    argv, pidfile = sleeping_build
     start = time.monotonic()
-    with pytest.raises(PipelineError, match="timeout") as info:
-        tb.run_build(argv, tmp_path / "build.log", timeout_s=2)
+    with pytest.raises(LpxError, match="timeout") as info:
+        tr.run_build(argv, tmp_path / "build.log", timeout_s=2)
     assert time.monotonic() - start < 20
     assert "sleeping" in info.value.detail
     pids = [int(p) for p in pidfile.read_text().split()]
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(owner_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids), "a build process outlived the timeout"
+    assert not any(owner_alive(p) for p in pids), "a build process outlived the timeout"
     assert not (tmp_path / "engine").exists()
 
 
-def test_run_build_keyboard_interrupt_kills_child(tmp_path, standin_binary, monkeypatch):
-    pidfile = tmp_path / "pids"
-    monkeypatch.setenv("STANDIN_SLEEP", "60")
-    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
-    ckpt = write_checkpoint(tmp_path / "ckpt")
-    argv, _ = tb.compose(make_config(), "none", ckpt, tmp_path / "engine", tmp_path / "t", "1.2")
+def test_run_build_keyboard_interrupt_kills_child(tmp_path, sleeping_build):
+    argv, pidfile = sleeping_build
 
     def interrupt(line: str) -> None:  # raised in the reader thread: emulate Ctrl-C in the main thread
         if "sleeping" in line:
@@ -274,42 +268,32 @@ def test_run_build_keyboard_interrupt_kills_child(tmp_path, standin_binary, monk
             _thread.interrupt_main()
 
     with pytest.raises(KeyboardInterrupt):
-        tb.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=interrupt)
+        tr.run_build(argv, tmp_path / "build.log", timeout_s=60, progress=interrupt)
     pids = [int(p) for p in pidfile.read_text().split()]
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(owner_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids)
+    assert not any(owner_alive(p) for p in pids)
 
 
 def test_missing_binary_names_the_fix(tmp_path, monkeypatch):
-    monkeypatch.delenv(tb.BINARY_ENV, raising=False)
+    monkeypatch.delenv(tr.BINARY_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(PipelineError, match="LPX_TRTLLM_BUILD") as info:
-        tb.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
+    with pytest.raises(LpxError, match="LPX_TRTLLM_BUILD") as info:
+        tr.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
     assert "container" in info.value.message
-    monkeypatch.setenv(tb.BINARY_ENV, str(tmp_path / "nope"))
-    with pytest.raises(PipelineError, match="does not name a program"):
-        tb.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
+    monkeypatch.setenv(tr.BINARY_ENV, str(tmp_path / "nope"))
+    with pytest.raises(LpxError, match="does not name a program"):
+        tr.run_build(["trtllm-build"], tmp_path / "build.log", timeout_s=5)
 
 
 def test_engine_versions_shape():
     """The manifest's toolchain record: the installed distributions' versions, None where absent, whether
     or not TensorRT-LLM is installed (it is inside the containers LPX targets, not here)."""
-    from importlib import metadata
+    from pipeline import toolchain
 
-    def installed(*dists: str) -> str | None:
-        for dist in dists:
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                pass
-        return None
-
-    versions = tb.engine_versions()
+    versions = tr.engine_versions()
     assert set(versions) == {"gpu", "sm", "driver", "cuda", "tensorrt", "tensorrt_llm"}
-    assert versions["tensorrt_llm"] == installed("tensorrt_llm", "tensorrt-llm")
-    assert versions["tensorrt"] == installed(
-        "tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12"
-    )
+    assert versions["tensorrt_llm"] == toolchain.version("tensorrt_llm", "tensorrt-llm")
+    assert versions["tensorrt"] == toolchain.version(*tr.TENSORRT_DISTS)
     assert all(v is None or isinstance(v, str) and v for v in versions.values()), versions

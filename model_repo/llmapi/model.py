@@ -1,13 +1,13 @@
 import locale
 
 locale.setlocale(locale.LC_ALL, "C.UTF-8")
-# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (docs/architecture.md)
 
 """The llmapi target's `tensorrt_llm` model (decoupled): TensorRT-LLM's LLM API, PyTorch backend.
 
 Serves the llmapi build folder hard-linked into `1/engine` (model.yaml, llm_api_options.yaml and the
-ModelOpt unified HF checkpoint) with `tensorrt_llm.LLM` (pipeline/engines/llmapi_engine.py), behind
-the same tensors, sampling rules and streaming behaviour as the torch engine (pipeline/engine_model.py),
+ModelOpt unified HF checkpoint) with `tensorrt_llm.LLM` (pipeline/runtime/engines/llmapi_engine.py), behind
+the same tensors, sampling rules and streaming behaviour as the torch engine (pipeline/runtime/engine_model.py),
 so LPX's preprocessing, postprocessing, ensemble and BLS work unchanged. Needs TensorRT-LLM >= 1.2 in
 the serving environment (the TensorRT-LLM Triton container).
 Parameters: llmapi_dir and tokenizer_dir (relative to this model's folder), max_tokens_cap,
@@ -16,8 +16,8 @@ exclude_input_in_output (default for the request input of that name).
 
 from transformers import AutoTokenizer
 
-from pipeline.engine_model import GenerationModel, eos_ids
-from pipeline.engines.llmapi_engine import LlmApiEngine
+from pipeline.runtime.engine_model import GenerationModel, eos_ids
+from pipeline.runtime.engines.llmapi_engine import LlmApiEngine
 
 
 class TritonPythonModel(GenerationModel):

@@ -1,7 +1,7 @@
 import locale
 
 locale.setlocale(locale.LC_ALL, "C.UTF-8")
-# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (docs/architecture.md)
 
 """LPX postprocessing: token ids -> text, with the tensor names of upstream's `postprocessing` model.
 
@@ -24,7 +24,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.model_args import model_params
+from pipeline.runtime.model_args import model_params
 
 
 class AnchoredDecoder:

@@ -1,7 +1,7 @@
 import locale
 
 locale.setlocale(locale.LC_ALL, "C.UTF-8")
-# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (docs/architecture.md)
 
 """LPX preprocessing: text -> token ids, with the tensor names of upstream's `preprocessing` model.
 
@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.model_args import eos_ids_in, model_params
+from pipeline.runtime.model_args import eos_ids_in, model_params
 
 
 def optional(request, name: str):
@@ -132,7 +132,7 @@ class TritonPythonModel:
         if self.chat and not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(
                 f"apply_chat_template is on but the tokenizer in {tok_dir} has no chat template - "
-                "turn it off in pipeline/stages/repository.py or use a tokenizer with one"
+                "turn it off in pipeline/stages/repository/model_configs.py or use a tokenizer with one"
             )
         self.max_input_len = int(params.get("max_input_len") or 0)
         self.cap = int(params.get("max_tokens_cap") or 0)

@@ -1,7 +1,7 @@
 import locale
 
 locale.setlocale(locale.LC_ALL, "C.UTF-8")
-# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (docs/architecture.md)
 
 """LPX's BLS model `tensorrt_llm_bls` (decoupled): the ensemble's request tensors in, text_output out,
 with the pipeline run here instead of by Triton's ensemble scheduler.
@@ -22,7 +22,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.model_args import model_params
+from pipeline.runtime.model_args import model_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # request tensor -> preprocessing input

@@ -1,22 +1,22 @@
 import locale
 
 locale.setlocale(locale.LC_ALL, "C.UTF-8")
-# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (DESIGN.md)
+# ruff: noqa: E402 - the stub starts in the C locale: set UTF-8 before any heavy import (docs/architecture.md)
 
 """LPX's torch reference engine, served under the name `tensorrt_llm` (decoupled): the torch target.
 
-The tensors, sampling rules and streaming behaviour are pipeline/engine_model.py's (shared with the
+The tensors, sampling rules and streaming behaviour are pipeline/runtime/engine_model.py's (shared with the
 llmapi target's model); the engine is `TorchEngine` (transformers' continuous batching over the
 restored ModelOpt model).
 Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), max_tokens_cap,
 exclude_input_in_output (default for the request input of that name), batch_invariant (default true:
-attention per request, see pipeline/engines/batch_invariant.py).
+attention per request, see pipeline/runtime/engines/batch_invariant.py).
 """
 
 from transformers import AutoTokenizer
 
-from pipeline.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
-from pipeline.engines.torch_engine import TorchEngine
+from pipeline.runtime.engine_model import GenerationModel, eos_ids, ready, stop_at  # noqa: F401 - the tests' names
+from pipeline.runtime.engines.torch_engine import TorchEngine
 
 
 class TritonPythonModel(GenerationModel):

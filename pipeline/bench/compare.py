@@ -1,4 +1,4 @@
-"""`lpx compare`: bench runs side by side - latency and throughput per load level, plus quality (the eval
+"""`lpx compare` (its command line is pipeline/cli/tools.py's): bench runs side by side - latency and throughput per load level, plus quality (the eval
 artifact) and size on disk for runs that name a variant.
 
 Runs are comparable only on the same GPU and the same load shape (model kind, protocol, input/output
@@ -11,10 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import click
-
-from ..artifacts import Artifact, Store
-from ..errors import PipelineError
+from ..artifacts import Store, tree_bytes
+from ..errors import UsageError
 
 
 # -- reading runs ------------------------------------------------------------------------------------
@@ -25,11 +23,9 @@ def load_run(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        raise PipelineError(
-            f"cannot read {file}: {exc} - pass folders written by 'lpx bench --out'", 2
-        ) from None
+        raise UsageError(f"cannot read {file}: {exc} - pass folders written by 'lpx bench --out'") from None
     if not isinstance(doc, dict) or "target" not in doc or "results" not in doc:
-        raise PipelineError(f"{file} is not an 'lpx bench' results.json (no target/results)", 2)
+        raise UsageError(f"{file} is not an 'lpx bench' results.json (no target/results)")
     doc["_path"] = str(path)
     return doc
 
@@ -83,26 +79,8 @@ def parse_variant(ref: str) -> dict[str, str | None]:
     """'VARIANT' or 'MODEL/VARIANT' -> {'model': ..., 'name': ...}."""
     model, _, name = ref.rpartition("/")
     if not name:
-        raise PipelineError(f"Bad --variant {ref!r} - use VARIANT or MODEL/VARIANT", 2)
+        raise UsageError(f"Bad --variant {ref!r} - use VARIANT or MODEL/VARIANT")
     return {"model": model or None, "name": name}
-
-
-def _artifacts(store: Store, variant: dict[str, Any], stage: str) -> list[Artifact]:
-    found = [
-        a
-        for a in store.all()
-        if a.stage == stage
-        and a.manifest.get("variant") == variant.get("name")
-        and (not variant.get("model") or a.manifest.get("model") == variant["model"])
-    ]
-    return sorted(found, key=lambda a: a.manifest.get("created", 0), reverse=True)
-
-
-def du(path: Path) -> int:
-    path = Path(path)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str, Any]:
@@ -114,7 +92,7 @@ def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str,
     store = store or Store()
     facts: dict[str, Any] = {}
     if v.get("name"):
-        evals = _artifacts(store, v, "eval")
+        evals = store.newest("eval", v["name"], v.get("model"))
         if evals:
             facts["quality"] = evals[0].manifest.get("results", {})
             facts["eval"] = str(evals[0].path)
@@ -123,12 +101,16 @@ def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str,
         sized = ("artifact", Path(v["artifact"]))
     elif v.get("name"):
         for stage, kind in (("build", "engine"), ("quantize", "checkpoint")):
-            found = _artifacts(store, v, stage)
+            found = store.newest(stage, v["name"], v.get("model"))
             if found:
                 sized = (kind, found[0].path)
                 break
     if sized:
-        facts["size_bytes"], facts["size_of"], facts["size_path"] = du(sized[1]), sized[0], str(sized[1])
+        facts["size_bytes"], facts["size_of"], facts["size_path"] = (
+            tree_bytes(sized[1]),
+            sized[0],
+            str(sized[1]),
+        )
     return facts
 
 
@@ -218,12 +200,12 @@ def compare(
 ) -> dict[str, Any]:
     """Read the runs, check they are comparable, and return {'markdown', 'facts', 'notes', 'files'}."""
     if not paths:
-        raise PipelineError("give at least one RUN_DIR (a folder written by 'lpx bench --out')", 2)
+        raise UsageError("give at least one RUN_DIR (a folder written by 'lpx bench --out')")
     docs = [load_run(p) for p in paths]
     notes = mismatches(docs)
     if notes and not force:
-        raise PipelineError(
-            "runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force", 2
+        raise UsageError(
+            "runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force"
         )
     facts = [artifact_facts(d, store) for d in docs]
     md = markdown(docs, facts, notes)
@@ -236,19 +218,3 @@ def compare(
         if png:
             files["plot"] = str(png)
     return {"markdown": md, "facts": facts, "notes": notes, "files": files}
-
-
-@click.command("compare")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--force", is_flag=True, help="Compare runs from different GPUs or load shapes anyway.")
-@click.option(
-    "--out", type=click.Path(path_type=Path), default=None, help="Folder for compare.md and compare.png."
-)
-def compare_command(runs: tuple[Path, ...], force: bool, out: Path | None) -> None:
-    """Put bench runs (folders from 'lpx bench --out') side by side: latency, throughput, quality, size."""
-    result = compare(list(runs), force, out)
-    click.echo(result["markdown"])
-    if out is not None:
-        click.echo(f"Wrote {', '.join(result['files'].values())}")
-        if "plot" not in result["files"]:
-            click.echo("plot skipped: matplotlib is not installed")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PipelineError
+from ..errors import LpxError
 
 try:
     from grpc.aio import EOF as grpc_aio_EOF
@@ -141,7 +141,7 @@ def arrival_offsets(rate: float, n: int, burstiness: float = 1.0, seed: int = 0)
     """Send times (s from start) of n requests at `rate`/s: gamma gaps with shape `burstiness` and mean
     1/rate (shape 1 = Poisson, exponential gaps; < 1 burstier, > 1 more regular). First at 0."""
     if rate <= 0 or burstiness <= 0:
-        raise PipelineError("--rate and --burstiness must be positive")
+        raise LpxError("--rate and --burstiness must be positive")
     gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=n)
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else gaps
 
@@ -279,7 +279,7 @@ def _sender(spec: LoadSpec) -> GrpcSender | HttpSender:
         return GrpcSender(spec)
     if spec.protocol == "http":
         return HttpSender(spec)
-    raise PipelineError(f"Unknown protocol {spec.protocol!r} - use 'grpc' or 'http'")
+    raise LpxError(f"Unknown protocol {spec.protocol!r} - use 'grpc' or 'http'")
 
 
 async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float) -> Record:

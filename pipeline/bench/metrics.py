@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PipelineError
+from ..errors import LpxError
 from .load import Record, Run
 
 PERCENTILES = (50, 90, 99)
@@ -62,7 +62,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
         key, _, value = part.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
         if key not in SLO_KEYS or not value:
-            raise PipelineError(
+            raise LpxError(
                 f"Bad SLO {part!r} - use e.g. --slo ttft=200ms,itl=50ms (keys: {', '.join(SLO_KEYS)})"
             )
         try:
@@ -73,9 +73,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
             else:
                 slo[key] = float(value)
         except ValueError:
-            raise PipelineError(
-                f"Bad SLO value {value!r} in {part!r} - write a number with ms or s"
-            ) from None
+            raise LpxError(f"Bad SLO value {value!r} in {part!r} - write a number with ms or s") from None
     return slo
 
 

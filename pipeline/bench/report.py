@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +13,11 @@ from . import roofline
 
 
 def gpu_names() -> list[str]:
-    """GPU names from nvidia-smi, [] without one."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [ln.strip() for ln in out.splitlines() if ln.strip()]
+    """Names of the GPUs present (NVML, else nvidia-smi), [] without a driver."""
+    from ..facts.gpu import gpu_state
+
+    state = gpu_state(full=False)
+    return [g.name for g in state.gpus] if state else []
 
 
 def environment() -> dict[str, Any]:

@@ -5,7 +5,7 @@ A decode step at batch B reads every weight once plus each sequence's KV cache, 
   bytes/step = weight bytes + B x KV bytes per token x mean context (ISL + OSL/2)
   ceiling ITL = bytes/step / bandwidth        MBU = bytes/step / measured ITL / bandwidth
 B is the concurrency (closed loop) or the mean number of decoding requests, output tok/s x ITL
-(open loop). Weight bytes come from pipeline.plan's shape arithmetic, not from the files on disk.
+(open loop). Weight bytes come from pipeline.inspection.plan's shape arithmetic, not from the files on disk.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import PipelineError
-from ..gpus import Gpu, find_gpu, lookup_gpu
-from ..plan import KV_BYTES, kv_bytes_per_token, shape_from_config, weight_bytes
+from ..errors import UsageError
+from ..facts.gpu import Gpu, find_gpu, lookup_gpu
+from ..inspection.plan import KV_BYTES, kv_bytes_per_token, shape_from_config, weight_bytes
 
 
 def shape_of(checkpoint: Path):
@@ -31,15 +31,15 @@ def shape_of(checkpoint: Path):
         cfg = cfg.get("text_config", cfg)
         if "num_hidden_layers" in cfg:
             return shape_from_config(cfg, checkpoint.name)
-    raise PipelineError(
+    raise UsageError(
         f"no HF config.json with num_hidden_layers under {checkpoint} - pass --checkpoint "
-        "pointing at the model's HF folder",
-        exit_code=2,
+        "pointing at the model's HF folder"
     )
 
 
-def detect_gpu(names: list[str], given: str | None) -> Gpu | None:
-    """--gpu NAME if given (unknown: an error), else the first GPU nvidia-smi named, if the table knows it."""
+def roofline_gpu(names: list[str], given: str | None) -> Gpu | None:
+    """--gpu NAME if given (unknown: an error), else the first of the GPUs the bench recorded that the
+    table knows."""
     if given:
         return lookup_gpu(given)
     return next((g for g in (find_gpu(n) for n in names) if g is not None), None)

@@ -1,4 +1,5 @@
-"""Quality of a quantized variant against the unquantized model, on held-out text.
+"""The eval stage: quality of a quantized variant against the unquantized model, on held-out text, and the
+quality gate that decides whether the variant is built. Owns its key (`inputs`), run and gate.
 
 Per next-token position: KL(p_base || p_quant), whether the argmax tokens agree, and the
 negative log-likelihood of the true next token under each model (-> perplexity).
@@ -9,26 +10,48 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..calibration import CalibrationSet
-from ..checkpoint import CheckpointInfo
-from ..config import Config, QualityGate, Variant
-from ..errors import PipelineError
-from ..progress import Reporter
-from .quantize import STATE_FILE, device, load_model, load_tokenizer, restore
+from .. import toolchain
+from ..artifacts import Artifact
+from ..config import QualityGate, Variant
+from ..errors import UsageError
+from ..facts.formats import CUDA_ONLY
+from ..keys import code_fingerprint
+from .context import Context
+from .quantize.model_io import STATE_FILE, device, load_model, load_tokenizer, restore
 
-CUDA_ONLY = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant kernels need CUDA (calibration and export do not)
-METRICS = ("kl_mean", "top1_agreement", "ppl_baseline", "ppl_quantized", "ppl_increase_pct")
+CODE = (
+    "pipeline.stages.evaluate",
+    "pipeline.stages.quantize.model_io",
+    "pipeline.runtime.restore",
+    "pipeline.texts",
+)
 
 
-def run(
-    cfg: Config,
-    variant: Variant,
-    info: CheckpointInfo,
-    checkpoint: Path,
-    texts: CalibrationSet,
-    report: Reporter,
-) -> dict:
+def inputs(ctx: Context, variant: Variant, checkpoint: Artifact) -> dict:
+    """The key's inputs: the source checkpoint, the quantize artifact's key, the held-out samples, the
+    toolchain that runs both models and this stage's code."""
+    _, fingerprint = ctx.checkpoint()
+    texts = ctx.texts("evaluation")
+    return {
+        "checkpoint": fingerprint,
+        "checkpoint_key": checkpoint.key,
+        "evaluation": {
+            **ctx.cfg.evaluation.model_dump(mode="json", exclude={"data"}),
+            "data_sha256": texts.sha256,
+        },
+        "versions": toolchain.versions("torch", "transformers", "modelopt"),
+        "code": code_fingerprint(CODE),
+    }
+
+
+def run(ctx: Context, variant: Variant, checkpoint: Artifact, out: Path) -> dict:
+    """Measure the variant against the unquantized model (nothing is written to `out`)."""
     import torch
+
+    cfg, report = ctx.cfg, ctx.report
+    info, _ = ctx.checkpoint()
+    texts = ctx.texts("evaluation")
+    checkpoint = checkpoint.path
 
     if variant.quantization.format in CUDA_ONLY and device() != "cuda":
         return {
@@ -63,7 +86,7 @@ def run(
             tokens += target.shape[0]
             advance()
     if tokens == 0:
-        raise PipelineError("evaluation: the held-out samples are too short (fewer than 2 tokens each)", 2)
+        raise UsageError("evaluation: the held-out samples are too short (fewer than 2 tokens each)")
     ppl_b, ppl_q = math.exp(nll_b / tokens), math.exp(nll_q / tokens)
     return {
         "kl_mean": kl / tokens,

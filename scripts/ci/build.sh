@@ -29,7 +29,7 @@ home="$(lpx path)"
 mkdir -p "$home"
 tar -xzf "$IN/quantize-$VARIANT.tgz" -C "$home"
 
-python3 -c 'import sys; from pathlib import Path; from pipeline.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4]))' \
+python3 -c 'import sys; from pathlib import Path; from pipeline.inspection.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4]))' \
   "$CONFIG" "$VARIANT" "$ARCH" "$work/lpx.yaml"
 lpx build -c "$work/lpx.yaml" --variant "$VARIANT"
 

@@ -23,7 +23,7 @@ lpx matrix -c "$CONFIG" --format json \
   | python3 -c 'import json, sys; [print(c["variant"], c["arch"]) for c in json.load(sys.stdin)["include"]]' \
   > "$work/cells"
 while read -r variant arch; do
-  python3 -c 'import sys; from pathlib import Path; from pipeline.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4]))' \
+  python3 -c 'import sys; from pathlib import Path; from pipeline.inspection.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4]))' \
     "$CONFIG" "$variant" "$arch" "$work/$variant-$arch.yaml"
   lpx repo -c "$work/$variant-$arch.yaml" --variant "$variant"
 done < "$work/cells"

@@ -14,7 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # build.archs narrowed to the archs this variant can run (the matrix excludes the others).
-python3 -c 'import sys; from pathlib import Path; from pipeline.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], None, Path(sys.argv[3]))' \
+python3 -c 'import sys; from pathlib import Path; from pipeline.inspection.matrix import write_cell_config as w; w(Path(sys.argv[1]), sys.argv[2], None, Path(sys.argv[3]))' \
   "$CONFIG" "$VARIANT" "$work/lpx.yaml"
 
 lpx quantize -c "$work/lpx.yaml" --variant "$VARIANT"

@@ -1,5 +1,5 @@
 """A STAND-IN for TensorRT-LLM's Python LLM API, for tests only: TensorRT-LLM cannot be installed on
-these machines (DESIGN.md). Put tests/standin_tensorrt_llm on PYTHONPATH and `import tensorrt_llm`
+these machines (docs/architecture.md, What runs where). Put tests/standin_tensorrt_llm on PYTHONPATH and `import tensorrt_llm`
 finds this.
 
 It holds LPX's llmapi engine to the interface facts in tests/contracts/: every LLM(...) keyword must be

@@ -1,0 +1,174 @@
+"""The stage commands: `lpx run` and one command per stage, `lpx serve` and `lpx generate`."""
+
+from __future__ import annotations
+
+import click
+
+from ..stages import STAGES
+from .options import config_option, force_option, skip_gate_option, variant_option
+
+
+def _run(
+    config_path,
+    variants,
+    until: str,
+    force: set[str],
+    smoke: bool,
+    skip_gate: bool = False,
+    dry_run: bool = False,
+    host: str | None = None,
+) -> None:
+    """Run the stages up to `until` and, for `serve`, serve what they built (`smoke`: one completion)."""
+    from ..config import resolve_config
+    from ..progress import Reporter, stdout_console
+    from ..runner import Runner
+    from ..stages import serve
+
+    report = Reporter()
+    cfg = resolve_config(config_path, report)
+    if host:
+        cfg.serving.host = host
+    selected = cfg.select(variants)
+    if until == "serve":
+        serve.preflight(cfg)  # no tritonserver or a busy port: refused before quantizing anything
+    runner = Runner(cfg, report, force, skip_gate=skip_gate, dry_run=dry_run)
+    outcomes = runner.run(selected, until)
+    if until == "eval":
+        stdout_console().print(eval_table(outcomes, cfg))
+    runner.raise_gate_failures()
+    if until == "serve":
+        serve.serve(cfg, outcomes, report, stdout_console(), smoke)
+
+
+def eval_table(outcomes, cfg):
+    """The quality table `lpx eval` prints."""
+    from rich.table import Table
+
+    from ..stages.evaluate import gate_failures
+
+    t = Table(title=f"{cfg.model.name}: quality vs the unquantized model (held-out text)")
+    for col in ("variant", "format", "KL mean", "top-1 agree", "ppl base", "ppl quant", "ppl +%", "gate"):
+        t.add_column(col, justify="left" if col in ("variant", "format", "gate") else "right")
+    for o in outcomes:
+        art = o.artifacts.get("eval")
+        if art is None:
+            continue
+        r = art.manifest["results"]
+        failures = gate_failures(r, cfg.quality_gate)
+        fmt = cfg.variant(o.variant).quantization.format
+        if "skipped" in r:
+            t.add_row(o.variant, fmt, *["n/a"] * 5, "[red]FAIL[/red]" if failures else "not evaluated")
+            continue
+        t.add_row(
+            o.variant,
+            fmt,
+            f"{r['kl_mean']:.5f}",
+            f"{100 * r['top1_agreement']:.2f}%",
+            f"{r['ppl_baseline']:.3f}",
+            f"{r['ppl_quantized']:.3f}",
+            f"{r['ppl_increase_pct']:+.2f}",
+            "[red]FAIL[/red]" if failures else "pass",
+        )
+    return t
+
+
+@click.command()
+@config_option
+@variant_option
+@click.option(
+    "--until", type=click.Choice(STAGES), default="serve", show_default=True, help="Last stage to run."
+)
+@force_option
+@skip_gate_option
+def run(config_path, variants, until, force, skip_gate) -> None:
+    """Run the stages in order; `serve` starts Triton, streams one completion and stops."""
+    _run(config_path, variants, until, set(STAGES) if force else set(), smoke=True, skip_gate=skip_gate)
+
+
+def _stage_command(stage: str, doc: str, dry_run: bool = False) -> click.Command:
+    @click.command(name=stage, help=doc)
+    @config_option
+    @variant_option
+    @force_option
+    @skip_gate_option
+    def command(config_path, variants, force, skip_gate, **extra) -> None:
+        _run(
+            config_path,
+            variants,
+            stage,
+            {stage} if force else set(),
+            smoke=False,
+            skip_gate=skip_gate,
+            dry_run=extra.get("dry_run", False),
+        )
+
+    if dry_run:
+        command = click.option(
+            "--dry-run", is_flag=True, help="Print the build command and why each flag is set; build nothing."
+        )(command)
+    return command
+
+
+quantize = _stage_command("quantize", "Quantize each variant with ModelOpt and export its checkpoints.")
+eval_ = _stage_command(
+    "eval",
+    "Measure each variant against the unquantized model (KL, top-1 agreement, perplexity) "
+    "and apply quality_gate.",
+)
+build = _stage_command(
+    "build",
+    "Build the engine of each variant per GPU arch (runs quantize and eval first where needed).",
+    dry_run=True,
+)
+repo = _stage_command(
+    "repo", "Write the Triton model repository of each variant (runs earlier stages where needed)."
+)
+
+
+@click.command()
+@config_option
+@variant_option
+@force_option
+@skip_gate_option
+@click.option("--host", default=None, help="Address to bind (default: serving.host, 127.0.0.1).")
+def serve(config_path, variants, force, skip_gate, host) -> None:
+    """Serve one variant's repository with tritonserver until Ctrl-C."""
+    _run(
+        config_path,
+        variants,
+        "serve",
+        {"serve"} if force else set(),
+        smoke=False,
+        skip_gate=skip_gate,
+        host=host,
+    )
+
+
+@click.command()
+@click.argument("prompt")
+@click.option(
+    "--url",
+    help="host:port of Triton (gRPC port, or HTTP port with --http). Default: the running 'lpx serve'.",
+)
+@click.option("--model", default="ensemble", show_default=True)
+@click.option("--max-tokens", default=64, show_default=True, type=int)
+@click.option("--temperature", type=float, default=None)
+@click.option("--top-k", type=int, default=None)
+@click.option("--top-p", type=float, default=None)
+@click.option("--http", "use_http", is_flag=True, help="Use HTTP generate_stream instead of gRPC streaming.")
+def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http) -> None:
+    """Stream a completion for PROMPT, printing tokens as they arrive."""
+    from ..client import generate_stream
+    from ..stages.serve import running_server
+
+    if url is None:
+        info = running_server()
+        url = info["http_url"] if use_http else info["grpc_url"]
+    params = {
+        k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
+    }
+    for chunk in generate_stream(
+        url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
+    ):
+        click.echo(chunk.text, nl=False)
+    click.echo()

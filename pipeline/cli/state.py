@@ -1,0 +1,145 @@
+"""Commands about LPX's state: `lpx init`, `lpx config`, `lpx artifacts` and `lpx path`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .options import config_option
+
+
+@click.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+def init(directory: Path) -> None:
+    """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY."""
+    from ..demo import ensure_checkpoint, write_demo_config
+    from ..errors import UsageError
+
+    if (directory / "lpx.yaml").exists():
+        raise UsageError(f"{directory / 'lpx.yaml'} already exists - choose an empty folder")
+    ensure_checkpoint(directory / "checkpoint")
+    path = write_demo_config(directory)
+    click.echo(f"wrote {path} and {directory / 'checkpoint'}\nnext: lpx run -c {path}")
+
+
+@click.group()
+def config() -> None:
+    """Validate, show and describe lpx.yaml."""
+
+
+@config.command()
+@config_option
+def validate(config_path) -> None:
+    """Check a config; print every problem as `path: message` and exit 2 if any."""
+    from ..config import load_config
+
+    cfg = load_config(config_path or Path("lpx.yaml"))
+    click.echo(f"ok: model {cfg.model.name}, {len(cfg.variants)} variant(s), target {cfg.build.target}")
+
+
+@config.command()
+@config_option
+def show(config_path) -> None:
+    """Print the resolved config, defaults filled in."""
+    from ..config import dump_config, resolve_config
+    from ..progress import Reporter
+
+    click.echo(dump_config(resolve_config(config_path, Reporter())), nl=False)
+
+
+@config.command()
+def schema() -> None:
+    """Print the JSON schema of lpx.yaml (for editors)."""
+    from ..config import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@click.group()
+def artifacts() -> None:
+    """List, locate and clean up stage outputs (under $LPX_HOME/artifacts)."""
+
+
+@artifacts.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+def artifacts_list(as_json) -> None:
+    """Every complete artifact: stage, model, variant, arch, key, age, path."""
+    from ..artifacts import Store
+
+    arts = Store().all()
+    if as_json:
+        keys = ("stage", "model", "variant", "arch", "key", "created")
+        click.echo(
+            json.dumps([{k: a.manifest[k] for k in keys} | {"path": str(a.path)} for a in arts], indent=2)
+        )
+        return
+    if not arts:
+        click.echo("no artifacts yet - run 'lpx run'")
+    for a in arts:
+        m = a.manifest
+        click.echo(f"{m['stage']:<9} {m['model']}/{m['variant']}/{m['arch']}  {m['key']}  {a.path}")
+
+
+@artifacts.command(name="path")
+@click.option("--stage", type=click.Choice(["quantize", "eval", "build", "repo"]), default=None)
+@click.option("--model", default=None)
+@click.option("--variant", default=None)
+@click.option("--arch", default=None)
+def artifacts_path(stage, model, variant, arch) -> None:
+    """Print the artifact root, or the newest artifact matching the filters."""
+    from ..artifacts import Store
+    from ..errors import NotFound
+
+    store = Store()
+    if not any((stage, model, variant, arch)):
+        click.echo(store.root)
+        return
+    arts = [
+        a
+        for a in store.all()
+        if (stage is None or a.stage == stage)
+        and (model is None or a.manifest["model"] == model)
+        and (variant is None or a.manifest["variant"] == variant)
+        and (arch is None or a.manifest["arch"] == arch)
+    ]
+    if not arts:
+        raise NotFound("No artifact matches - 'lpx artifacts list' shows what exists")
+    click.echo(max(arts, key=lambda a: a.manifest.get("created", 0)).path)
+
+
+@artifacts.command(name="gc")
+@click.option(
+    "-c",
+    "--config",
+    "config_paths",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path),
+    help="An lpx.yaml whose artifacts to keep (repeatable: pass every config that shares LPX_HOME).",
+)
+@click.option("--yes", is_flag=True, help="Delete; without it nothing is removed (a dry run).")
+def artifacts_gc(config_paths, yes) -> None:
+    """Remove the artifacts of these configs' models that no config references any more (dry run by
+    default: lists each with its size), and staging folders left by killed runs."""
+    from ..gc import collect, remove
+
+    plan = collect(list(config_paths))
+    for line in plan.lines():
+        click.echo(line)
+    if not plan.candidates:
+        return
+    if not yes:
+        click.echo("dry run: nothing removed - pass --yes to delete these")
+        return
+    freed = remove(plan)
+    click.echo(f"removed {len(plan.candidates)} folder(s), {freed / 2**30:.2f} GiB")
+
+
+@click.command()
+def path() -> None:
+    """Print LPX_HOME, where all LPX state lives."""
+    from ..artifacts import home
+
+    click.echo(home())

@@ -1,0 +1,137 @@
+"""What LPX's two engines (torch_engine, llmapi_engine) share: the token-delta stream `submit` returns,
+TensorRT-LLM's request rules (prompt and length limits, when sampling is greedy) and the blocking
+`generate` over a stream."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import LpxError
+
+DONE = object()  # queue sentinel: the request ended without a final output (cancelled, engine closed)
+
+
+class DeltaStream:
+    """Token deltas of one request. Iterate it; `finished` turns true with the last delta.
+
+    The engine's thread puts on `queue`: (every token generated so far, finished) tuples, an
+    Exception (raised to the reader), or DONE. `tokens` holds everything read so far."""
+
+    def __init__(self, request_id: str, on_cancel: Callable[[DeltaStream], None]) -> None:
+        self.request_id = request_id
+        self.finished = False
+        self.tokens: list[int] = []
+        self.queue: queue.Queue = queue.Queue()
+        self.result: Any = None  # the engine's own handle of the request (llmapi: the result to abort)
+        self._on_cancel = on_cancel
+
+    def __iter__(self) -> DeltaStream:
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.finished:
+            raise StopIteration
+        item = self.queue.get()
+        if item is DONE:
+            self.finished = True
+            raise StopIteration
+        if isinstance(item, Exception):
+            self.finished = True
+            raise item
+        generated, done = item
+        delta = generated[len(self.tokens) :]
+        self.tokens = list(generated)
+        self.finished = done
+        return delta
+
+    def cancel(self) -> None:
+        """Stop the request; the stream ends (without an error) at the next read."""
+        self._on_cancel(self)
+
+
+def greedy(temperature: float, top_k: int, top_p: float) -> bool:
+    """TensorRT-LLM's rule: greedy when temperature is 0, top_k is 1, or neither top_k nor top_p is set."""
+    return temperature <= 0 or top_k == 1 or (top_k <= 0 and top_p <= 0)
+
+
+@dataclass
+class Request:
+    """One generation request, checked: prompt token ids, how many new tokens at most, the ids that end
+    it (None: the model's own), and sampling with TensorRT-LLM's meaning (see `greedy`)."""
+
+    input_ids: list[int]
+    max_new_tokens: int
+    end_ids: list[int] | None
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+
+
+class Engine:
+    """What both engines share: `submit` checks a request and hands it to the subclass's `start`."""
+
+    max_input_len: int = 0  # 0: no limit known
+    max_seq_len: int = 0
+
+    def check_prompt(self, input_ids, max_new_tokens: int) -> list[int]:
+        """The prompt as ints, refused when empty or beyond the engine's limits (a LpxError naming the fix)."""
+        input_ids = [int(t) for t in input_ids]
+        if not input_ids:
+            raise LpxError("Empty prompt: send at least one token")
+        if self.max_input_len and len(input_ids) > self.max_input_len:
+            raise LpxError(
+                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
+                f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len"
+            )
+        if max_new_tokens < 1 or (self.max_seq_len and len(input_ids) + max_new_tokens > self.max_seq_len):
+            raise LpxError(
+                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
+                f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens"
+            )
+        return input_ids
+
+    def submit(
+        self,
+        input_ids: list[int],
+        max_new_tokens: int,
+        end_ids: list[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int = 1,
+        top_p: float = 0.0,
+        seed: int | None = None,
+    ) -> DeltaStream:
+        """Queue one request; returns its stream of token deltas. A request the engine cannot run (closed
+        engine, empty or too long prompt, max_tokens beyond max_seq_len) is a LpxError naming the fix."""
+        self.check_open()
+        ids = self.check_prompt(input_ids, max_new_tokens)
+        ends = [int(e) for e in end_ids] if end_ids else None
+        seed = None if seed is None else int(seed)
+        return self.start(
+            Request(ids, int(max_new_tokens), ends, float(temperature), int(top_k), float(top_p), seed)
+        )
+
+    def check_open(self) -> None:
+        """Refuse a request when the engine cannot take one (closed, or its worker died)."""
+
+    def start(self, request: Request) -> DeltaStream:
+        raise NotImplementedError
+
+    def generate(self, input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> list[int]:
+        """All new tokens of one request (blocking)."""
+        stream = self.submit(input_ids, max_new_tokens, **kwargs)
+        for _ in stream:
+            pass
+        return stream.tokens
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,166 @@
+"""The llmapi target's engine: TensorRT-LLM's LLM API (PyTorch backend, >= 1.2) over an llmapi build
+folder (pipeline/stages/build/llmapi.py), with the same `submit` as `TorchEngine` so that LPX's Triton model
+(pipeline/runtime/engine_model.py) serves either.
+
+`tensorrt_llm.LLM(model=<folder>/checkpoint, skip_tokenizer_init=True, **llm_api_options.yaml)` runs on
+one asyncio loop in a background thread (generate_async needs a running loop in the calling thread);
+each request is one `generate_async(ids, sampling_params=..., streaming=True)` whose cumulative
+`outputs[0].token_ids` become token deltas on a thread-safe queue. Cancelling calls the result's
+`abort()` on that loop. The API facts used here are in tests/contracts/trtllm_llmapi_python.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...errors import LpxError
+from .base import DONE, DeltaStream, Engine, Request, greedy
+
+MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"
+
+
+def read_build(folder: Path) -> tuple[dict, dict]:
+    """(model.yaml, the LLM-API options) of an llmapi build folder, with a clear error when it is not one."""
+    folder = Path(folder)
+    try:
+        model = yaml.safe_load((folder / MODEL_FILE).read_text(encoding="utf-8")) or {}
+        options = (
+            yaml.safe_load((folder / str(model.get("options", OPTIONS_FILE))).read_text(encoding="utf-8"))
+            or {}
+        )
+    except (OSError, yaml.YAMLError) as exc:
+        raise LpxError(
+            f"{folder} is not an llmapi build folder ({exc}) - rebuild it with 'lpx build' "
+            "(build.target: llmapi)"
+        ) from None
+    if (
+        not isinstance(model, dict)
+        or not isinstance(options, dict)
+        or not (folder / str(model.get("model", ""))).is_dir()
+    ):
+        raise LpxError(
+            f"{folder}/{MODEL_FILE} does not name a checkpoint folder beside it - rebuild it with "
+            "'lpx build' (build.target: llmapi)"
+        )
+    return model, options
+
+
+def sampling_kwargs(temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
+    """TensorRT-LLM's request semantics (greedy when temperature is 0, top_k is 1, or neither top_k nor
+    top_p is set) as SamplingParams fields: top_k 1 for greedy; None leaves a field unset."""
+    if greedy(temperature, top_k, top_p):
+        return {"top_k": 1}
+    return {
+        "temperature": float(temperature),
+        "top_k": int(top_k) if top_k > 0 else None,
+        "top_p": float(top_p) if 0 < top_p <= 1 else None,
+    }
+
+
+async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any) -> None:
+    """Runs on the engine's loop: feed `stream` from generate_async's streamed results (kept on
+    `stream.result` for abort)."""
+    try:
+        stream.result = llm.generate_async(input_ids, sampling_params=params, streaming=True)
+        async for step in stream.result:
+            stream.queue.put((list(step.outputs[0].token_ids), bool(step.finished)))
+        stream.queue.put(DONE)
+    except asyncio.CancelledError:  # the engine is closing
+        stream.queue.put(RuntimeError("llmapi engine closed"))
+        raise
+    except Exception as exc:
+        stream.queue.put(RuntimeError(f"generation failed: {exc}"))
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class LlmApiEngine(Engine):
+    """tensorrt_llm.LLM on a background event loop; `submit` as TorchEngine's."""
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            from tensorrt_llm import LLM, SamplingParams
+        except ImportError as exc:
+            raise LpxError(
+                f"build.target llmapi needs TensorRT-LLM >= 1.2 in the serving environment ({exc}) - "
+                "serve from the TensorRT-LLM container, or use build.target: torch"
+            ) from None
+        self.folder = Path(folder)
+        self.meta, options = read_build(self.folder)
+        self.max_input_len = int(options.get("max_input_len") or 0)
+        self.max_seq_len = int(options.get("max_seq_len") or 0)
+        self._sampling = SamplingParams
+        self._ids = itertools.count()
+        self._closed = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lpx-llmapi-loop", daemon=True)
+        self._thread.start()
+        # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer
+        self.llm = LLM(model=str(self.folder / self.meta["model"]), skip_tokenizer_init=True, **options)
+
+    def check_open(self) -> None:
+        if self._closed.is_set():
+            raise LpxError("The llmapi engine is closed - restart the server")
+
+    def start(self, request: Request) -> DeltaStream:
+        """Start generate_async for the request on the engine's loop."""
+        end_ids = request.end_ids
+        if not end_ids:
+            raise LpxError(
+                "No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
+                "generation_config.json"
+            )
+        params = self._sampling(
+            max_tokens=request.max_new_tokens,
+            end_id=end_ids[0],
+            pad_id=end_ids[0],
+            stop_token_ids=end_ids[1:] or None,
+            include_stop_str_in_output=True,
+            detokenize=False,
+            seed=request.seed,
+            **{
+                k: v
+                for k, v in sampling_kwargs(request.temperature, request.top_k, request.top_p).items()
+                if v is not None
+            },
+        )
+        stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
+        asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
+        return stream
+
+    def cancel(self, stream: DeltaStream) -> None:
+        """Abort the request (on the loop, where its result lives); its stream ends at the next read."""
+
+        def abort() -> None:
+            if stream.result is not None and not stream.finished:
+                stream.result.abort()
+            stream.queue.put(DONE)
+
+        if not self._closed.is_set():
+            self._loop.call_soon_threadsafe(abort)
+
+    def close(self) -> None:
+        """Shut the LLM down and stop the loop. Safe to call twice."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self.llm.shutdown()
+        finally:
+            try:  # end the requests still streaming, so no task dies with the loop
+                asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(timeout=10)
+            except Exception:
+                pass
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)

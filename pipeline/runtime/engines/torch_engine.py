@@ -1,0 +1,245 @@
+"""LPX's reference engine for `target: torch`: the restored ModelOpt model behind transformers'
+continuous batching (in-flight batching over a paged KV cache). A reference for correctness,
+not a production engine.
+
+`TorchEngine.submit` returns a `DeltaStream` (base.py): an iterator of token deltas (lists of new token
+ids) whose `finished` attribute is true once the delta just returned is the last one, so a
+caller can put a FINAL flag on the last token's response rather than on a separate empty one.
+One dispatcher thread routes the manager's outputs to each request's queue; the manager's own
+thread runs the batch, so concurrent requests progress together.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+from ...errors import LpxError
+from .base import DONE, DeltaStream, Engine, Request, greedy
+
+META_FILE = "lpx_engine.json"
+META_KEYS = (
+    "target",
+    "format",
+    "dtype",
+    "max_batch_size",
+    "max_input_len",
+    "max_seq_len",
+    "max_num_tokens",
+    "tokens_per_block",
+    "state_file",
+)
+
+
+def read_meta(engine_dir: Path) -> dict[str, Any]:
+    """Read and check `lpx_engine.json`; a missing or corrupt file is a LpxError naming the fix."""
+    path = Path(engine_dir) / META_FILE
+    fix = "rebuild it with 'lpx build -c lpx.yaml'"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LpxError(f"No torch engine at {engine_dir} ({META_FILE} missing) - {fix}") from None
+    except (OSError, ValueError) as exc:
+        raise LpxError(f"{path} is unreadable or not JSON ({exc}) - {fix}") from None
+    missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise LpxError(f"{path} lacks {', '.join(missing)} - {fix}")
+    if meta["target"] != "torch":
+        raise LpxError(
+            f"{engine_dir} is a '{meta['target']}' engine, not a torch one - {fix} with build.target: torch"
+        )
+    if not (Path(engine_dir) / meta["state_file"]).is_file():
+        raise LpxError(f"{engine_dir} lacks {meta['state_file']} - {fix}")
+    return meta
+
+
+def load_model(engine_dir: Path, device: str | None = None):
+    """Rebuild the quantized model: the HF config, then the ModelOpt state and weights (bit-identical),
+    built on the meta device and filled by the restore, with no weight initialization (pipeline/runtime/restore.py)."""
+    import torch
+
+    from ..restore import restore_state
+
+    engine_dir = Path(engine_dir)
+    meta = read_meta(engine_dir)
+    dtype = getattr(torch, meta["dtype"])
+    try:
+        model, _ = restore_state(engine_dir, engine_dir / meta["state_file"], dtype, device or "cpu")
+    except Exception as exc:  # a corrupt or foreign state file
+        raise LpxError(
+            f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine"
+        ) from None
+    return model
+
+
+def _exact_top1(manager) -> None:
+    """Make top_k=1 keep exactly the first maximal token, as `generate`'s argmax does. The stock
+    per-request top-k keeps every token tied with the k-th score, and bf16 logits tie often, so
+    greedy requests would then sample among the tied tokens."""
+    import torch
+    from transformers.generation.continuous_batching.cb_logits_processors import (
+        ContinuousBatchingTopKLogitsWarper,
+    )
+
+    class ExactTopK(ContinuousBatchingTopKLogitsWarper):
+        def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
+            out = super().__call__(scores, tensor_arg)
+            top1 = (tensor_arg[: scores.size(0)] == 1).unsqueeze(-1)
+            if not bool(top1.any()):
+                return out
+            best = torch.zeros_like(scores, dtype=torch.bool).scatter_(
+                -1, scores.argmax(-1, keepdim=True), True
+            )
+            return out.masked_fill(top1 & ~best, self.filter_value)
+
+    procs = manager.logit_processor.logits_processor
+    for i, proc in enumerate(procs):
+        if type(proc) is ContinuousBatchingTopKLogitsWarper:
+            exact = ExactTopK.__new__(ExactTopK)
+            exact.__dict__.update(proc.__dict__)
+            procs[i] = exact
+            return
+    raise LpxError("transformers' continuous batching has no per-request top-k here - use transformers 5.14")
+
+
+class TorchEngine(Engine):
+    """Load an engine dir and serve generation requests through transformers' continuous batching."""
+
+    def __init__(
+        self, engine_dir: Path, device: str | None = None, seed: int = 0, batch_invariant: bool = True
+    ) -> None:
+        """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
+        scripts/bench_engine.py), else the CPU. batch_invariant: attention per request, so a request's
+        tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
+        `paged|sdpa`, faster but 1-2 ulps batch-dependent."""
+        import torch
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        self.engine_dir = Path(engine_dir)
+        self.meta = read_meta(self.engine_dir)
+        self.max_input_len, self.max_seq_len = int(self.meta["max_input_len"]), int(self.meta["max_seq_len"])
+        self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
+        self.batch_invariant = bool(batch_invariant)
+        if self.batch_invariant:
+            from .batch_invariant import register
+
+            self.model.set_attn_implementation(register())
+        self.vocab_size = int(self.model.config.vocab_size)
+        eos = self.model.config.eos_token_id
+        self.default_end_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        # Temperature, top-k and top-p must differ from their neutral values here so that the
+        # per-request processors exist; each request then sets all three (see `sampling`).
+        gen_cfg = GenerationConfig(
+            max_new_tokens=self.meta["max_seq_len"] - 1,
+            do_sample=True,
+            temperature=0.5,
+            top_k=20,
+            top_p=0.9,
+            eos_token_id=self.default_end_ids,
+            pad_token_id=self.model.config.pad_token_id,
+        )
+        block = int(self.meta["tokens_per_block"])
+        cb_cfg = ContinuousBatchingConfig(
+            block_size=block,
+            num_blocks=math.ceil(self.meta["max_batch_size"] * self.meta["max_seq_len"] / block),
+            max_batch_tokens=self.meta["max_num_tokens"],
+            max_requests_per_batch=self.meta["max_batch_size"],
+            per_request_processors=True,
+            seed=seed,
+            # prefix sharing would make a prompt's prefill depend on what ran before it
+            allow_block_sharing=not self.batch_invariant,
+        )
+        self._manager = self.model.init_continuous_batching(
+            generation_config=gen_cfg, continuous_batching_config=cb_cfg
+        )
+        _exact_top1(self._manager)
+        self._streams: dict[str, DeltaStream] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._closed = threading.Event()
+        self._manager.start()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="lpx-torch-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    def sampling(self, temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
+        """Per-request processor kwargs with TensorRT-LLM's meaning: greedy when temperature is 0,
+        top_k is 1, or neither top_k nor top_p is set (both <= 0); top_k <= 0 means no top-k limit."""
+        if greedy(temperature, top_k, top_p):
+            return {"temperature": 1.0, "top_k": 1, "top_p": 1.0}
+        top_k = self.vocab_size if top_k <= 0 else min(int(top_k), self.vocab_size)
+        top_p = 1.0 if top_p <= 0 or top_p > 1 else float(top_p)
+        return {"temperature": float(temperature), "top_k": top_k, "top_p": top_p}
+
+    def check_open(self) -> None:
+        if self._closed.is_set() or not self._manager.is_running():
+            raise LpxError(
+                f"The torch engine is not running ({self._manager.fatal_error or 'closed'}) - "
+                "restart the server; its log has the cause"
+            )
+
+    def start(self, request: Request) -> DeltaStream:
+        """Add the request to the running batch. `seed` is accepted for interface parity but sampling uses
+        the engine-wide generator (transformers has no per-request seed)."""
+        bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
+        stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
+        with self._lock:
+            self._streams[stream.request_id] = stream
+        self._manager.add_request(
+            input_ids=request.input_ids,
+            request_id=stream.request_id,
+            max_new_tokens=request.max_new_tokens,
+            streaming=True,
+            eos_token_id=request.end_ids or self.default_end_ids,
+            **self.sampling(request.temperature, request.top_k, request.top_p),
+        )
+        return stream
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request; its stream ends (without an error) at the next read."""
+        with self._lock:
+            stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            self._manager.cancel_request(request_id)
+            stream.queue.put(DONE)
+
+    def _dispatch(self) -> None:
+        while not self._closed.is_set():
+            out = self._manager.get_result(timeout=0.1)
+            if out is None:
+                if not self._manager.is_running() and not self._closed.is_set():
+                    self._fail_all(RuntimeError(f"torch engine stopped: {self._manager.fatal_error}"))
+                    return
+                continue
+            finished = out.is_finished() or out.error is not None
+            with self._lock:
+                stream = self._streams.get(out.request_id)
+                if stream is not None and finished:
+                    del self._streams[out.request_id]
+            if stream is None:
+                continue
+            if out.error is not None:
+                stream.queue.put(RuntimeError(f"generation failed: {out.error}"))
+            else:
+                stream.queue.put((list(out.generated_tokens), finished))
+
+    def _fail_all(self, error: Exception) -> None:
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.queue.put(error)
+
+    def close(self) -> None:
+        """Stop generation; pending streams end with an error. Safe to call twice."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._manager.stop(block=True, timeout=10, hard_stop=True)
+        self._dispatcher.join(timeout=5)
+        self._fail_all(RuntimeError("torch engine closed"))

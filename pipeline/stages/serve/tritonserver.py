@@ -1,0 +1,287 @@
+"""Run a real `tritonserver` on a model repository: pick ports, start, wait for ready, stop cleanly (its
+process group killed, its /dev/shm regions removed), or serve until SIGINT/SIGTERM. Which binary and
+environment is binary.py's; the MPI command line for several ranks is ranks.py's."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from ...artifacts import home
+from ...errors import LpxError, NotFound, StageFailed
+from .binary import bundled_env, find_tritonserver, is_bundled, private_backends
+from .ranks import find_mpirun, mpi_command
+
+CONTAINER_BIN = Path("/opt/tritonserver/bin/tritonserver")
+INSTALL_FIX = (
+    "install it with \"pip install 'lpx[triton]'\" or run LPX inside the NGC Triton TensorRT-LLM container"
+)
+LOG_TAIL_LINES = 30
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def port_free(host: str, port: int) -> bool:
+    """True if nothing listens on host:port (TIME_WAIT leftovers do not count)."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_ports(host: str, n: int) -> list[int]:
+    socks = [socket.socket(_family(host), socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _hostport(host: str, port: int) -> str:
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Last `lines` lines of Triton's log without its tables, after any earlier error lines."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("+", "|"))]
+    errors = [ln for ln in kept[:-lines] if ln.startswith("E") or "Error" in ln or "error:" in ln][-10:]
+    return "\n".join(errors + (["..."] if errors else []) + kept[-lines:])
+
+
+def _kill_group(pgid: int, wait_s: float = 5.0) -> None:
+    """SIGKILL every process of the group and wait (bounded) until none is left."""
+    deadline = time.monotonic() + wait_s
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)
+            time.sleep(0.05)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class TritonServer:
+    """A tritonserver child process on `repo`, bound to `host`; port 0 picks a free port.
+
+    world_size > 1 (an engine built with tp_size x pp_size GPUs) runs one rank per GPU under mpirun
+    (see mpi_command); rank 0 serves.
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        host: str = "127.0.0.1",
+        http_port: int = 0,
+        grpc_port: int = 0,
+        metrics_port: int = 0,
+        log_path: Path | None = None,
+        ready_timeout_s: float = 180.0,
+        extra_args: tuple[str, ...] | list[str] = (),
+        exit_timeout_s: int = 10,
+        world_size: int = 1,
+    ):
+        self.world_size = int(world_size)
+        self.repo = Path(repo)
+        self.host = host
+        self._requested = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self._ports = dict(self._requested)
+        self.log_path = Path(log_path) if log_path else None
+        self.ready_timeout_s = ready_timeout_s
+        self.extra_args = list(extra_args)
+        self.exit_timeout_s = exit_timeout_s
+        self.shm_prefix = f"lpx{os.getpid()}_{secrets.token_hex(3)}_"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- addresses ------------------------------------------------------------------------------
+    @property
+    def ports(self) -> dict[str, int]:
+        return dict(self._ports)
+
+    @property
+    def http_url(self) -> str:
+        return _hostport(self.host, self._ports["http"])
+
+    @property
+    def grpc_url(self) -> str:
+        return _hostport(self.host, self._ports["grpc"])
+
+    @property
+    def metrics_url(self) -> str:
+        return _hostport(self.host, self._ports["metrics"])
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def command(self, binary: Path, backends: Path | None) -> list[str]:
+        log_dir = self.log_path.parent if self.log_path else home() / "triton" / "logs"
+        cmd = mpi_command(
+            binary,
+            self.repo,
+            self.world_size,
+            self.host,
+            self._ports,
+            self.shm_prefix,
+            log_dir,
+            backends=backends,
+            exit_timeout_s=self.exit_timeout_s,
+        )
+        if self.world_size == 1 or not self.extra_args:
+            return cmd + self.extra_args
+        first = cmd.index(":")  # extra arguments go to the serving rank
+        return cmd[:first] + self.extra_args + cmd[first:]
+
+    def preflight(self) -> Path:
+        """What can fail before any work: the tritonserver binary and explicitly given ports."""
+        for name, port in self._requested.items():
+            if port and not port_free(self.host, port):
+                raise LpxError(
+                    f"Port {port} on {self.host} is already in use - stop what holds it "
+                    f"or set serving.{name}_port to another port (0 picks a free one)"
+                )
+        binary = find_tritonserver()
+        if self.world_size > 1:
+            find_mpirun()
+        return binary
+
+    def start(self) -> TritonServer:
+        """Launch and wait until /v2/health/ready answers 200; LpxError with the log tail if not."""
+        if self.proc is not None:
+            return self
+        if not self.repo.is_dir():
+            raise NotFound(f"Model repository {self.repo} does not exist - run 'lpx repo' first")
+        binary = self.preflight()
+        free = iter(_pick_ports(self.host, sum(1 for p in self._requested.values() if not p)))
+        self._ports = {k: (p or next(free)) for k, p in self._requested.items()}
+        root = is_bundled(binary)
+        env = bundled_env(root) if root else None
+        if self.world_size > 1:  # leader mode: orchestrator mode would spawn its own workers (mpi_command)
+            env = dict(env if env is not None else os.environ)
+            env.pop("TRTLLM_ORCHESTRATOR", None)
+        backends = private_backends(root) if root else None
+        if self.log_path is None:
+            self.log_path = home() / "triton" / "logs" / f"tritonserver-{self.shm_prefix.rstrip('_')}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(binary, backends),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        url = f"http://{self.http_url}/v2/health/ready"
+        probe = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via http_proxy
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise StageFailed(
+                    f"tritonserver exited with code {code} while loading {self.repo} - "
+                    f"fix the error in its log ({self.log_path})",
+                    detail=log_tail(self.log_path),
+                )
+            try:
+                with probe.open(url, timeout=1.0) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise StageFailed(
+                    f"tritonserver not ready after {self.ready_timeout_s:.0f} s - see its log "
+                    f"({self.log_path}) or raise the ready timeout",
+                    detail=log_tail(self.log_path),
+                )
+            time.sleep(0.2)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM, wait, SIGKILL the process group if needed, remove our leaked /dev/shm regions."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.exit_timeout_s + 5)
+                except subprocess.TimeoutExpired:
+                    pass
+            _kill_group(proc.pid)  # stubs or a hung server left in the group
+            proc.wait()
+        for leaked in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            leaked.unlink(missing_ok=True)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies, even by SIGKILL,
+    so a killed 'lpx serve' or test never leaves a tritonserver holding ports and /dev/shm (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def serve_forever(server: TritonServer, poll_s: float = 0.5) -> None:
+    """Block until SIGINT/SIGTERM (then return) or until Triton dies (then LpxError)."""
+    stop = threading.Event()
+    previous: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.is_set():
+            if not server.alive():
+                code = server.proc.returncode if server.proc is not None else None
+                raise StageFailed(
+                    f"tritonserver stopped unexpectedly (exit code {code}) - see its log ({server.log_path})",
+                    detail=log_tail(server.log_path) if server.log_path else None,
+                )
+            stop.wait(poll_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
