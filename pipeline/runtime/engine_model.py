@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from .model_args import eos_ids_in, model_params
-from .runtime.validate import FEATURE_DEFAULTS, Limits, RequestError, check
 from .tensors import TRTLLM_IO
+from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
 
 # Every input of upstream's `tensorrt_llm` model: LPX's python models declare them all, read what their
 # engine honours and refuse (validate.py) a non-default value of the rest.

@@ -267,8 +267,6 @@ BLS_IO: dict[str, dict[str, list[tuple]]] = {
     },
 }
 
-# Tensors a v0.16 `tensorrt_llm` model lacks: the ensemble over such an engine leaves them out.
-TOKEN_COUNT_TENSORS = frozenset({"return_num_output_tokens", "num_output_tokens"})
 DEFAULT_DTYPES = {
     "logits_datatype": "TYPE_FP32",
     "prompt_embedding_table_data_type": "TYPE_FP16",
@@ -331,6 +329,20 @@ PREPROCESSING_INPUT_NAMES = {
 }
 
 
+# preprocessing output -> (the ensemble's internal tensor, upstream's name; the tensorrt_llm input it feeds)
+PRE_TO_ENGINE = {
+    "INPUT_ID": ("_INPUT_ID", "input_ids"),
+    "REQUEST_INPUT_LEN": ("_REQUEST_INPUT_LEN", "input_lengths"),
+    "REQUEST_OUTPUT_LEN": ("_REQUEST_OUTPUT_LEN", "request_output_len"),
+    "STOP_WORDS_IDS": ("_STOP_WORDS_IDS", "stop_words_list"),
+    "BAD_WORDS_IDS": ("_BAD_WORDS_IDS", "bad_words_list"),
+    "EMBEDDING_BIAS": ("_EMBEDDING_BIAS", "embedding_bias"),
+    "OUT_END_ID": ("_PREPROCESSOR_END_ID", "end_id"),
+    "OUT_PAD_ID": ("_PREPROCESSOR_PAD_ID", "pad_id"),
+    "OUT_PROMPT_TABLE_EXTRA_IDS": ("_OUT_PROMPT_TABLE_EXTRA_IDS", "prompt_table_extra_ids"),
+}
+
+
 def request_specs(model: str, version: str, io: str, dtypes: dict[str, str] | None = None) -> list[Spec]:
     """The ensemble's or the BLS model's tensors at one contract version, `${var}` types filled."""
     table = {"ensemble": ENSEMBLE_IO, "tensorrt_llm_bls": BLS_IO}[model][version][io]
@@ -356,11 +368,15 @@ TENSORS: list[Spec] = [
         "in",
         [
             ("QUERY", S, ONE),
+            ("DECODER_QUERY", S, ONE, True),
             ("REQUEST_OUTPUT_LEN", I32, ONE),
             ("BAD_WORDS_DICT", S, (-1,), True),
             ("STOP_WORDS_DICT", S, (-1,), True),
+            ("EMBEDDING_BIAS_WORDS", S, (-1,), True),
+            ("EMBEDDING_BIAS_WEIGHTS", F32, (-1,), True),
             ("END_ID", I32, ONE, True),
             ("PAD_ID", I32, ONE, True),
+            ("PROMPT_TABLE_EXTRA_ID", U64, ONE, True),
         ],
     ),
     *_specs(
@@ -371,9 +387,11 @@ TENSORS: list[Spec] = [
             ("REQUEST_INPUT_LEN", I32, ONE),
             ("BAD_WORDS_IDS", I32, (2, -1)),
             ("STOP_WORDS_IDS", I32, (2, -1)),
+            ("EMBEDDING_BIAS", F32, (-1,)),
             ("REQUEST_OUTPUT_LEN", I32, (-1,)),
             ("OUT_END_ID", I32, ONE),
             ("OUT_PAD_ID", I32, ONE),
+            ("OUT_PROMPT_TABLE_EXTRA_IDS", U64, (-1,)),
         ],
     ),
     *_specs("postprocessing", "in", [("TOKENS_BATCH", I32, (-1, -1)), ("SEQUENCE_LENGTH", I32, (-1,))]),
@@ -578,3 +596,26 @@ def trtllm_specs(version: str, io: str, dtypes: dict[str, str]) -> list[Spec]:
 # LPX's own `tensorrt_llm` python models (torch and llmapi targets) declare every input and output of
 # upstream's latest one, so the ensemble passes the whole request language through.
 TENSORS += [*trtllm_specs("latest", "in", DEFAULT_DTYPES), *trtllm_specs("latest", "out", DEFAULT_DTYPES)]
+
+# LPX's addition to upstream's preprocessing: the request's scalar sampling inputs, under their ensemble
+# names, read only to validate them (pipeline/runtime/validate.py) before any engine work - the ensemble
+# feeds each of them to preprocessing as well as to tensorrt_llm, so the `engine` target's C++ model
+# gets only requests that passed the same checks as LPX's python engines.
+VALIDATED_INPUTS: dict[str, list[tuple]] = {
+    version: [
+        row
+        for row in ENSEMBLE_IO[version]["in"]
+        if row[0] in ENGINE_INPUT_NAMES[version] and row[2] == (1,) and row[1] in (I32, U64, F32, B)
+    ]
+    for version in ENSEMBLE_IO
+}
+
+
+def preprocessing_specs(version: str, io: str) -> list[Spec]:
+    """Upstream's preprocessing tensors LPX implements, plus (inputs) the validated sampling inputs."""
+    base = specs("preprocessing", io)
+    if io == "out":
+        return base
+    return base + [
+        Spec("preprocessing", "in", row[0], row[1], row[2], True) for row in VALIDATED_INPUTS[version]
+    ]

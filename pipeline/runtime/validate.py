@@ -119,6 +119,9 @@ FIXES = {  # what to do instead, per feature a target may lack
 }
 
 
+ALL_FEATURES = frozenset(FEATURE_DEFAULTS)
+
+
 def canonical(name: str) -> str:
     return ENGINE_NAMES.get(name, name)
 
@@ -296,7 +299,7 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             ):
                 raise RequestError(
                     f"{sent} {_show(n)} is above the engine's max_beam_width {limits.max_beam_width} - "
-                    "send a smaller beam_width or rebuild with a larger build.max_beam_width"
+                    f"send beam_width <= {limits.max_beam_width}"
                 )
     sent, v = get("seed")
     if v is not None:
