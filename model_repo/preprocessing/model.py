@@ -156,6 +156,7 @@ class TritonPythonModel:
             max_input_len=self.max_input_len,
             max_seq_len=int(params.get("max_seq_len") or 0),
             max_tokens_cap=self.cap,
+            max_beam_width=int(params.get("max_beam_width") or 0),
             target="any",
             supported=ALL_FEATURES,
         )
@@ -184,6 +185,7 @@ class TritonPythonModel:
         if out_len_tensor is None:
             raise RequestError("max_tokens is missing - send the number of tokens to generate")
         values = {name: optional(request, name) for name in self.validated}
+        out_len = int(out_len_tensor.reshape(-1)[0])
         values.update(
             max_tokens=out_len_tensor,
             end_id=optional(request, "END_ID"),
@@ -191,9 +193,9 @@ class TritonPythonModel:
             embedding_bias_words=optional(request, "EMBEDDING_BIAS_WORDS"),
             embedding_bias_weights=optional(request, "EMBEDDING_BIAS_WEIGHTS"),
         )
+        if self.max_input_len and len(ids) > self.max_input_len:  # the prompt first: its fix differs
+            check_lengths(len(ids), 1, self.max_input_len, 0)
         check(values, self.limits, n_prompt=len(ids))
-        out_len = int(out_len_tensor.reshape(-1)[0])
-        check_lengths(len(ids), out_len, self.max_input_len, self.cap)
         end = optional(request, "END_ID")
         pad = optional(request, "PAD_ID")
         end_id = self.end_id if end is None else int(end.reshape(-1)[0])

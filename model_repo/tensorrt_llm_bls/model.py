@@ -113,7 +113,8 @@ class TritonPythonModel:
 
     def _generate(self, request, sender) -> None:
         given = {name: t for name in self.inputs if (t := pb_utils.get_input_tensor_by_name(request, name))}
-        check({name: t.as_numpy() for name, t in given.items()}, self.limits)
+        # max_tokens, end_id and pad_id are checked by preprocessing, which knows the cap and the vocabulary
+        check({name: t.as_numpy() for name, t in given.items() if name != "max_tokens"}, self.limits)
         pre = checked(
             pb_utils.InferenceRequest(
                 model_name="preprocessing",

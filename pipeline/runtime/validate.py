@@ -42,7 +42,7 @@ class Limits:
     max_input_len: int = 0
     max_seq_len: int = 0
     max_tokens_cap: int = 0
-    max_beam_width: int = 1
+    max_beam_width: int = 0  # 0: not known here (the engine checks)
     target: str = "torch"
     supported: frozenset[str] = field(default_factory=frozenset)  # non-default values the target honours
 
@@ -105,7 +105,7 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "cross_attention_mask": None,
 }
 FIXES = {  # what to do instead, per feature a target may lack
-    "beam_width": "send beam_width 1 (sampling or greedy), or serve an `engine` build with build.max_beam_width > 1",
+    "beam_width": "send beam_width 1 (sampling or greedy): LPX serves without beam search",
     "num_return_sequences": "send num_return_sequences 1, or send the request that many times with different seeds",
     "lora_task_id": "leave out the LoRA inputs: LPX serves the base model without adapters",
     "lora_weights": "leave out the LoRA inputs: LPX serves the base model without adapters",
@@ -292,11 +292,7 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
         if v is not None:
             n = _finite(sent, v)
             _range(sent, n, 1, None, ">= 1", f"send {canon} 1")
-            if (
-                canon == "beam_width"
-                and "beam_width" in limits.supported
-                and n > max(limits.max_beam_width, 1)
-            ):
+            if canon == "beam_width" and limits.max_beam_width and n > limits.max_beam_width:
                 raise RequestError(
                     f"{sent} {_show(n)} is above the engine's max_beam_width {limits.max_beam_width} - "
                     f"send beam_width <= {limits.max_beam_width}"
@@ -331,6 +327,7 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
     for canon, (sent, value) in by_canon.items():
         if canon in FEATURE_DEFAULTS and canon not in limits.supported and not _is_default(canon, value):
             shown = _scalar(value)
+            shown = shown.decode("utf-8", "replace") if isinstance(shown, bytes) else shown
             raise RequestError(
                 f"{sent} = {shown!r} is not supported by the `{limits.target}` target - "
                 + FIXES.get(canon, f"leave {sent} out (or at its default)")

@@ -88,6 +88,8 @@ async def _cancel_all() -> None:
 class LlmApiEngine(Engine):
     """tensorrt_llm.LLM on a background event loop; `submit` as TorchEngine's."""
 
+    TARGET = "llmapi"
+
     def __init__(self, folder: Path) -> None:
         try:
             from tensorrt_llm import LLM, SamplingParams

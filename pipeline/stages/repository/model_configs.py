@@ -94,6 +94,8 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
             "max_tokens_cap": str(cfg.serving.max_tokens_cap),
             "contract_version": request_version(cfg),
             "max_seq_len": str(cfg.build.max_seq_len),
+            # LPX builds engines with max_beam_width 1; LPX's python engines refuse beam search themselves
+            "max_beam_width": "1" if cfg.build.target == "engine" else "0",
         }
     if model == "tensorrt_llm_bls":
         counts = engine_repo.counts_tokens(cfg) if cfg.build.target == "engine" else True
