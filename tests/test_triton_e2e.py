@@ -369,6 +369,76 @@ def bad_requests() -> dict[str, tuple[dict, str]]:
     return cases
 
 
+# Every optional input of upstream's ensemble and BLS that has a value meaning "the default", at it (the
+# array-valued ones - prompt table, LoRA weights and config, images - default to absent).
+UPSTREAM_DEFAULTS = {
+    "decoder_text_input": "",
+    "num_return_sequences": 1,
+    "bad_words": "",
+    "stop_words": "",
+    "exclude_input_in_output": True,
+    "top_k": 0,
+    "top_p": 0.0,
+    "temperature": 1.0,
+    "length_penalty": 1.0,
+    "repetition_penalty": 1.0,
+    "min_tokens": 0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "seed": 0,
+    "return_log_probs": False,
+    "return_context_logits": False,
+    "return_generation_logits": False,
+    "return_perf_metrics": False,
+    "return_num_input_tokens": False,
+    "return_num_output_tokens": False,
+    "beam_width": 1,
+    "embedding_bias_words": "",
+    "guided_decoding_guide_type": "",
+    "guided_decoding_guide": "",
+}
+BLS_DEFAULTS = {"num_draft_tokens": 0, "use_draft_logits": False}
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_every_upstream_input_at_its_default_changes_nothing(server, expected, model: str) -> None:
+    import numpy as np
+
+    defaults = {**UPSTREAM_DEFAULTS, **(BLS_DEFAULTS if model == "tensorrt_llm_bls" else {})}
+    arrays = {}
+    for name, value in defaults.items():
+        if isinstance(value, str):
+            arrays[name] = np.array([[value.encode()]], dtype=object)
+        elif name == "seed":
+            arrays[name] = np.array([[value]], dtype=np.uint64)
+        else:
+            arrays[name] = scalar_of(value)
+    text, error = raw_request(server.grpc_url, model, request_arrays(PROMPTS[0], MAX_TOKENS, **arrays))
+    assert error is None and text == expected[PROMPTS[0]], (text, error)
+    got = http_generate(
+        server.http_url,
+        model,
+        {"text_input": PROMPTS[0], "max_tokens": MAX_TOKENS, "stream": False, **defaults},
+    )
+    assert got["status"] == 200, got
+    out = got["text_output"]
+    assert ("".join(out) if isinstance(out, list) else out) == expected[PROMPTS[0]]
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_input_counts_and_perf_metrics_come_back_when_asked(server, model: str) -> None:
+    body = {"text_input": PROMPTS[0], "max_tokens": MAX_TOKENS, "stream": False}
+    got = http_generate(
+        server.http_url, model, {**body, "return_num_input_tokens": True, "return_perf_metrics": True}
+    )
+    assert got["status"] == 200, got
+    one = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
+    assert one(got["num_input_tokens"]) > 0 and one(got["num_output_tokens"]) == MAX_TOKENS
+    times = [one(got[k]) for k in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns")]
+    times.append(one(got["last_token_time_ns"]))
+    assert 0 < times[0] <= times[1] <= times[2] <= times[3], times
+
+
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server, expected, model: str) -> None:
     failures = {}

@@ -97,7 +97,7 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "image_url_input": None,
     "image_sizes_input": None,
     "video_bytes_input": None,
-    "num_draft_tokens": None,
+    "num_draft_tokens": 0,
     "use_draft_logits": False,
     "draft_input_ids": None,
     "draft_logits": None,
