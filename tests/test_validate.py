@@ -111,3 +111,12 @@ def test_a_target_that_honours_a_feature_accepts_it():
     check({"beam_width": 4, "return_context_logits": True, "repetition_penalty": 1.3}, engine)
     with pytest.raises(RequestError, match="max_beam_width 4"):
         check({"beam_width": 8}, engine)
+
+
+def test_lpx_client_refuses_a_max_tokens_int32_cannot_carry():
+    from pipeline.client import _inputs
+    from pipeline.errors import LpxError
+
+    with pytest.raises(LpxError, match="max_tokens 1099511627776 cannot be sent"):
+        _inputs("ensemble", "hi", 2**40, {})
+    assert _inputs("ensemble", "hi", 2**31 - 1, {})["max_tokens"] == ("INT32", 2**31 - 1)
