@@ -188,19 +188,18 @@ class PromptMaker:
                 f"(special tokens / chat template) - use --input-len {overhead + 1} or more"
             )
         pool = rng.choice(self._words, size=body + 16 + body // 4)
-        k = body
-        for _ in range(12):
-            text = self.tokenizer.decode(pool[: max(k, 1)].tolist(), skip_special_tokens=True)
+        k, got, text = body, -1, ""
+        for attempt in range(48):
+            if k + 16 > len(pool):
+                pool = np.concatenate([pool, rng.choice(self._words, size=k + 16 - len(pool))])
+            text = self.tokenizer.decode(pool[:k].tolist(), skip_special_tokens=True)
             got = self.count(text)
             if got == n:
                 return text
+            if attempt >= 2:  # decode/encode merges at the end: draw new tail tokens and retry
+                tail = max(1, k - 4)
+                pool[tail:] = rng.choice(self._words, size=len(pool) - tail)
             k = max(1, k + (n - got))
-            if k > len(pool):
-                pool = np.concatenate([pool, rng.choice(self._words, size=k - len(pool) + 16)])
-        for trim in range(1, 8):  # decode/encode did not settle: shorten by characters
-            cut = text[: len(text) - trim]
-            if self.count(cut) == n:
-                return cut
         raise UsageError(
             f"Could not build a prompt of exactly {n} tokens with the tokenizer in {self.folder} "
             f"(closest: {got}) - try another --seed or --input-len"
