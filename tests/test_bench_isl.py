@@ -49,7 +49,7 @@ def test_tokenizer_found_from_the_repository_or_given(tmp_path, tiny_checkpoint)
 TEXT_CONFIG = """
 name: "ensemble"
 backend: "python"
-max_batch_size: 0
+max_batch_size: 1
 model_transaction_policy {{ decoupled: true }}
 input [
   {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
@@ -105,11 +105,11 @@ class TritonPythonModel:
                     pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
                 continue
             n = max(n_max // 2, int(n_min or 0))
-            outs = [pb_utils.Tensor("text_output", np.array([b"x"], dtype=object)),
-                    pb_utils.Tensor("num_output_tokens", np.array([1], dtype=np.int32))]
+            outs = [pb_utils.Tensor("text_output", np.array([[b"x"]], dtype=object)),
+                    pb_utils.Tensor("num_output_tokens", np.array([[1]], dtype=np.int32))]
             if value(request, "return_num_input_tokens"):
                 outs.append(pb_utils.Tensor("num_input_tokens",
-                                            np.array([len(self.tok.encode(text))], dtype=np.int32)))
+                                            np.array([[len(self.tok.encode(text))]], dtype=np.int32)))
             for k in range(n):
                 sender.send(pb_utils.InferenceResponse(outs), flags=FINAL if k + 1 == n else 0)
         return None
