@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import disk_full, disk_full_cause
+
 MANIFEST = "manifest.json"
 OWNER = ".lpx-owner"  # in a staging folder: "<pid> <process start time>", so a reused pid is not taken for its owner
 SCHEMA = 1
@@ -230,11 +232,20 @@ class Store:
 
     @contextlib.contextmanager
     def staging(self, slot: Path, key: str) -> Iterator[Path]:
+        """A fresh staging folder for `key`, removed when the step ends (a no-op after its commit). A disk
+        that fills while the stage (or its child process) writes there becomes a DiskFull naming the slot,
+        its free space and the fix; the half-written folder is removed all the same."""
         tmp = slot / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        (tmp / OWNER).write_text(f"{os.getpid()} {process_start(os.getpid()) or ''}".strip() + "\n")
         try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            (tmp / OWNER).write_text(f"{os.getpid()} {process_start(os.getpid()) or ''}".strip() + "\n")
             yield tmp
+        except Exception as exc:
+            cause = disk_full_cause(exc)
+            if cause is None:
+                raise
+            stage = next((s for s, kind in KINDS.items() if self.root / kind in slot.parents), "a")
+            raise disk_full(slot, cause, f"writing the {stage} stage's output") from None
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # a no-op after a successful commit
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import LpxError
 from .runtime.tensors import triton_dtype
+from .runtime.validate import INT32_MAX
 
 START_HINT = "is the server running? start it with 'lpx serve'"
 NP_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_, "BYTES": np.object_}
@@ -61,6 +62,10 @@ def _array(dtype: str, value: Any) -> np.ndarray:
 
 
 def _inputs(model: str, prompt: str, max_tokens: int, params: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    if not 1 <= int(max_tokens) <= INT32_MAX:  # sent as INT32 (upstream's type): a larger value would wrap
+        raise LpxError(
+            f"max_tokens {max_tokens} cannot be sent: allowed 1..{INT32_MAX} - ask for fewer tokens"
+        )
     values = {"text_input": prompt, "max_tokens": int(max_tokens), "stream": True}
     values.update({k: v for k, v in params.items() if v is not None})
     return {k: (_dtype(model, k, v), v) for k, v in values.items()}

@@ -203,8 +203,8 @@ def test_lengths_from_a_distribution_and_prompts_from_a_dataset(tmp_path):
     spread = [draw_len(128, 32, rng) for _ in range(4000)]
     assert fixed == {128} and min(spread) >= 1 and abs(np.mean(spread) - 128) < 2 and 28 < np.std(spread) < 36
     spec = LoadSpec(url="x", model=ENGINE, input_len=64, output_len=16, input_len_std=8, output_len_std=4)
-    lens = {int(_tensors(spec, rng)["input_lengths"][1][0, 0]) for _ in range(30)}
+    lens = {int(_tensors(spec, rng)[0]["input_lengths"][1][0, 0]) for _ in range(30)}
     assert len(lens) > 5, "input lengths should vary per request"
     texts = LoadSpec(url="x", prompts=("alpha beta", "gamma"))
-    seen = {_tensors(texts, rng)["text_input"][1][0, 0].decode() for _ in range(40)}
+    seen = {_tensors(texts, rng)[0]["text_input"][1][0, 0].decode() for _ in range(40)}
     assert seen == {"alpha beta", "gamma"}

@@ -50,7 +50,8 @@ def test_weights_that_cannot_fit_the_gpu_name_the_numbers(tmp_path):
     ckpt = tmp_path / "llama70b"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps(LLAMA_70B))
-    (ckpt / "model.safetensors").write_bytes(b"placeholder")
+    header = b'{"__metadata__":{"format":"pt"}}'  # a valid safetensors file holding no tensors
+    (ckpt / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     runner = _runner(ckpt, gpu="l4", max_seq_len=8192, max_input_len=4096)
     with pytest.raises(LpxError) as err:
         runner.check(runner.cfg.variants[0])

@@ -140,6 +140,14 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
         stream.cancel()
         rest = list(stream)
         assert stream.finished and len(stream.tokens) < 50 and len(rest) < 49
+        penalised = dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=-0.2, min_tokens=3)
+        engine.generate([5, 6, 7], 6, end_ids=[2], temperature=0.0, **penalised)
+        with pytest.raises(LpxError, match="beam_width not supported"):
+            engine.submit([5, 6, 7], 6, end_ids=[2], beam_width=4)
+    penalised_call = tensorrt_llm.CALLS[-1][1]
+    assert {k: penalised_call[k] for k in penalised} == penalised, (
+        "the penalties and min_tokens reach SamplingParams"
+    )
     (kind, init), (_, call) = tensorrt_llm.CALLS[0], tensorrt_llm.CALLS[1]
     assert kind == "LLM" and init["skip_tokenizer_init"] is True
     assert {k: init[k] for k in options} == options and init["model"] == str(engine_dir / "checkpoint")

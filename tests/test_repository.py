@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.errors import LpxError
+from pipeline.runtime.tensors import DEFAULT_DTYPES, VALIDATED_INPUTS
 from pipeline.stages import repository as repo_stage
 from pipeline.stages.repository.model_configs import MODELS
 
@@ -119,17 +120,23 @@ def test_bls_model_matches_upstream(repo, cfg) -> None:
     assert conf.max_batch_size == cfg.build.max_batch_size
     assert [g.kind for g in conf.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
     assert set(conf.parameters) <= {p["key"] for p in upstream["parameters"]} | {
-        "seed_input_name",
+        "contract_version",
         "engine_counts_tokens",
     }
     assert conf.parameters["engine_counts_tokens"].string_value == "true"  # the torch engine sends the count
     assert conf.parameters["tensorrt_llm_model_name"].string_value == "tensorrt_llm"
-    theirs = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in upstream["inputs"]}
+    fill = {"${prompt_embedding_table_data_type}": "TYPE_FP16"}
+    theirs = {
+        t["name"]: (fill.get(t["data_type"], t["data_type"]), t["dims"], t.get("optional", False))
+        for t in upstream["inputs"]
+    }
     ours = {t.name: (mc.DataType.Name(t.data_type), list(t.dims), t.optional) for t in conf.input}
-    assert {n: theirs[n] for n in ours} == ours, "same names, types, dims and optionality as upstream's BLS"
-    assert set(ours) == set(tensors(parsed(repo[0], "ensemble"), "input")), "the ensemble's request tensors"
-    out_theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["outputs"]}
-    assert tensors(conf, "output") == {n: out_theirs[n] for n in ("text_output", "num_output_tokens")}
+    assert ours == theirs, "every input of upstream's BLS, with its type, dims and optionality"
+    out_theirs = {
+        t["name"]: (t["data_type"].replace("${logits_datatype}", "TYPE_FP32"), t["dims"])
+        for t in upstream["outputs"]
+    }
+    assert tensors(conf, "output") == out_theirs, "every output of upstream's BLS"
 
 
 def test_ensemble_inputs_match_upstream(repo) -> None:
@@ -137,8 +144,7 @@ def test_ensemble_inputs_match_upstream(repo) -> None:
     conf = parsed(repo[0], "ensemble")
     theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["inputs"]}
     ours = tensors(conf, "input")
-    assert set(ours) <= set(theirs), f"not upstream inputs: {set(ours) - set(theirs)}"
-    assert {n: theirs[n] for n in ours} == ours
+    assert ours == theirs, "every input of upstream's ensemble, with its type and dims"
     required = {t["name"] for t in upstream["inputs"] if not t.get("optional")}
     assert required <= set(ours)
     assert {
@@ -155,8 +161,15 @@ def test_ensemble_inputs_match_upstream(repo) -> None:
     optional = {t.name for t in conf.input if t.optional}
     assert optional == set(ours) - required
     assert "return_num_output_tokens" in ours
-    out_theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream["outputs"]}
-    assert tensors(conf, "output") == {n: out_theirs[n] for n in ("text_output", "num_output_tokens")}
+    out_theirs = {
+        t["name"]: (t["data_type"].replace("${logits_datatype}", "TYPE_FP32"), t["dims"])
+        for t in upstream["outputs"]
+    }
+    assert tensors(conf, "output") == out_theirs, "every output of upstream's ensemble"
+
+
+# LPX's python tensorrt_llm models fill upstream's data-type template variables with these
+DTYPES = {"${" + k + "}": v for k, v in DEFAULT_DTYPES.items()}
 
 
 @pytest.mark.parametrize("model", ["tensorrt_llm", "preprocessing", "postprocessing"])
@@ -164,8 +177,12 @@ def test_model_tensors_match_upstream(repo, model: str) -> None:
     upstream = contract_models()[model]
     conf = parsed(repo[0], model)
     for io, key in (("input", "inputs"), ("output", "outputs")):
-        theirs = {t["name"]: (t["data_type"], t["dims"]) for t in upstream[key]}
+        theirs = {t["name"]: (DTYPES.get(t["data_type"], t["data_type"]), t["dims"]) for t in upstream[key]}
         ours = tensors(conf, io)
+        if model == "preprocessing" and io == "input":  # LPX's addition: the inputs it validates
+            validated = {row[0] for row in VALIDATED_INPUTS["latest"]}
+            assert all(conf_input.optional for conf_input in conf.input if conf_input.name in validated)
+            ours = {n: v for n, v in ours.items() if n not in validated}
         assert set(ours) <= set(theirs), f"{model} {io}s not upstream: {set(ours) - set(theirs)}"
         assert {n: theirs[n] for n in ours} == ours
 
@@ -177,7 +194,12 @@ def test_ensemble_wiring_matches_upstream_and_types_agree(repo) -> None:
     produced = {t.name: t.data_type for t in ens.input}
     for step in ens.ensemble_scheduling.step:
         theirs = upstream[step.model_name]
-        assert dict(step.input_map).items() <= theirs["input_map"].items()
+        ours_map = dict(step.input_map)
+        if step.model_name == "preprocessing":  # LPX's validated inputs: the same tensor, read to check it
+            validated = {row[0] for row in VALIDATED_INPUTS["latest"]}
+            assert all(ours_map[n] == n for n in validated)
+            ours_map = {k: v for k, v in ours_map.items() if k not in validated}
+        assert ours_map.items() <= theirs["input_map"].items()
         assert dict(step.output_map).items() <= theirs["output_map"].items()
         conf = parsed(dest, step.model_name)
         inputs = {t.name: t for t in conf.input}

@@ -5,6 +5,7 @@ Needs `tritonserver` (nvidia-pytriton's bundled server or the NGC container's); 
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 
@@ -209,6 +210,8 @@ def raw_request(url: str, model: str, arrays: dict) -> tuple[str, str | None]:
         np.dtype(np.int32): "INT32",
         np.dtype(bool): "BOOL",
         np.dtype(np.float32): "FP32",
+        np.dtype(np.float16): "FP16",
+        np.dtype(np.uint64): "UINT64",
     }
     inputs = []
     for name, arr in arrays.items():
@@ -271,14 +274,60 @@ def test_bls_streams_the_ensembles_text(server, expected: dict[str, str]) -> Non
     assert error is None and text == expected[PROMPTS[0]]
 
 
+def scalar_of(value):
+    import numpy as np
+
+    dtype = {bool: bool, int: np.int32, float: np.float32}[type(value)]
+    return np.array([[value]], dtype=dtype)
+
+
+# Malformed or unsupported sampling inputs: (extra inputs as JSON-able scalars, a fragment of the error).
+# Each is sent through gRPC (typed as upstream declares) and through HTTP generate (JSON).
+BAD_SAMPLING = {
+    "top_p 2": ({"top_p": 2.0}, "top_p 2 is out of range"),
+    "top_p -1": ({"top_p": -1.0}, "top_p -1 is out of range"),
+    "top_p NaN": ({"top_p": float("nan")}, "top_p must be a finite number"),
+    "temperature -1": ({"temperature": -1.0}, "temperature -1 is out of range"),
+    "temperature NaN": ({"temperature": float("nan")}, "temperature must be a finite number"),
+    "temperature inf": ({"temperature": float("inf")}, "temperature must be a finite number"),
+    "top_k -5": ({"top_k": -5}, "top_k -5 is out of range"),
+    "end_id 99999999": ({"end_id": 99999999}, "end_id 99999999 is not a token id"),
+    "end_id -2": ({"end_id": -2}, "end_id -2 is not a token id"),
+    "pad_id -3": ({"pad_id": -3}, "pad_id -3 is not a token id"),
+    "beam_width 4": ({"beam_width": 4}, "beam_width = 4 is not supported by the `torch` target"),
+    "beam_width 0": ({"beam_width": 0}, "beam_width 0 is out of range"),
+    "num_return_sequences 3": ({"num_return_sequences": 3}, "num_return_sequences = 3 is not supported"),
+    "repetition_penalty 0": ({"repetition_penalty": 0.0}, "repetition_penalty 0 is out of range"),
+    "repetition_penalty NaN": ({"repetition_penalty": float("nan")}, "must be a finite number"),
+    "presence_penalty inf": ({"presence_penalty": float("inf")}, "must be a finite number"),
+    "frequency_penalty NaN": ({"frequency_penalty": float("nan")}, "must be a finite number"),
+    "length_penalty NaN": ({"length_penalty": float("nan")}, "must be a finite number"),
+    "min_tokens -1": ({"min_tokens": -1}, "min_tokens -1 is out of range"),
+    "min_tokens above max_tokens": ({"min_tokens": 100}, "min_tokens 100 is above max_tokens 8"),
+    "return_context_logits": (
+        {"return_context_logits": True},
+        "return_context_logits = True is not supported",
+    ),
+    "return_generation_logits": (
+        {"return_generation_logits": True},
+        "is not supported by the `torch` target",
+    ),
+    "prompt_vocab_size": ({"prompt_vocab_size": 5}, "prompt_vocab_size = 5 is not supported"),
+}
+
+
 def bad_requests() -> dict[str, tuple[dict, str]]:
     import numpy as np
 
-    return {
+    text = lambda v: np.array([[v.encode()]], dtype=object)  # noqa: E731
+    cases = {
         "empty text_input": (request_arrays("", 8), "text_input is empty"),
         "blank text_input": (request_arrays("   ", 8), "text_input is empty"),
-        "negative max_tokens": (request_arrays(PROMPTS[0], -3), "max_tokens must be at least 1 (got -3)"),
-        "zero max_tokens": (request_arrays(PROMPTS[0], 0), "max_tokens must be at least 1 (got 0)"),
+        "negative max_tokens": (
+            request_arrays(PROMPTS[0], -3),
+            "max_tokens must be between 1 and 512 (got -3)",
+        ),
+        "zero max_tokens": (request_arrays(PROMPTS[0], 0), "max_tokens must be between 1 and 512 (got 0)"),
         "oversized max_tokens": (request_arrays(PROMPTS[0], 10_000), "above this server's cap 512"),
         "over-long prompt": (request_arrays("river stone " * 400, 8), "above the engine's max_input_len 512"),
         "max_tokens as FP32": (
@@ -290,7 +339,104 @@ def bad_requests() -> dict[str, tuple[dict, str]]:
             "inference input 'text_input' data-type is 'INT32', but model",
         ),
         "invalid UTF-8": (request_arrays(b"ok \xff\xfe bytes", 8), "text_input is not valid UTF-8"),
+        "decoder_text_input": (
+            request_arrays(PROMPTS[0], 8, decoder_text_input=text("hello")),
+            "LPX serves decoder-only models",
+        ),
+        "lora_task_id": (
+            request_arrays(PROMPTS[0], 8, lora_task_id=np.array([[7]], dtype=np.uint64)),
+            "lora_task_id = 7 is not supported",
+        ),
+        "guided decoding": (
+            request_arrays(PROMPTS[0], 8, guided_decoding_guide_type=text("json")),
+            "guided_decoding_guide_type = 'json' is not supported",
+        ),
+        "prompt table": (
+            request_arrays(PROMPTS[0], 8, prompt_embedding_table=np.ones((1, 2, 8), np.float16)),
+            "not supported",
+        ),
+        "embedding bias without weights": (
+            request_arrays(PROMPTS[0], 8, embedding_bias_words=np.array([[b"river"]], dtype=object)),
+            "embedding_bias_words has 1 entries and embedding_bias_weights 0",
+        ),
     }
+    for case, (extra, message) in BAD_SAMPLING.items():
+        cases[case] = (request_arrays(PROMPTS[0], 8, **{k: scalar_of(v) for k, v in extra.items()}), message)
+    cases["seed as UINT64 max is fine, top_p 2 is not"] = (
+        request_arrays(PROMPTS[0], 8, seed=np.array([[2**64 - 1]], dtype=np.uint64), top_p=scalar_of(2.0)),
+        "top_p 2 is out of range",
+    )
+    return cases
+
+
+# Every optional input of upstream's ensemble and BLS that has a value meaning "the default", at it (the
+# array-valued ones - prompt table, LoRA weights and config, images - default to absent).
+UPSTREAM_DEFAULTS = {
+    "decoder_text_input": "",
+    "num_return_sequences": 1,
+    "bad_words": "",
+    "stop_words": "",
+    "exclude_input_in_output": True,
+    "top_k": 0,
+    "top_p": 0.0,
+    "temperature": 1.0,
+    "length_penalty": 1.0,
+    "repetition_penalty": 1.0,
+    "min_tokens": 0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "seed": 0,
+    "return_log_probs": False,
+    "return_context_logits": False,
+    "return_generation_logits": False,
+    "return_perf_metrics": False,
+    "return_num_input_tokens": False,
+    "return_num_output_tokens": False,
+    "beam_width": 1,
+    "embedding_bias_words": "",
+    "guided_decoding_guide_type": "",
+    "guided_decoding_guide": "",
+}
+BLS_DEFAULTS = {"num_draft_tokens": 0, "use_draft_logits": False}
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_every_upstream_input_at_its_default_changes_nothing(server, expected, model: str) -> None:
+    import numpy as np
+
+    defaults = {**UPSTREAM_DEFAULTS, **(BLS_DEFAULTS if model == "tensorrt_llm_bls" else {})}
+    arrays = {}
+    for name, value in defaults.items():
+        if isinstance(value, str):
+            arrays[name] = np.array([[value.encode()]], dtype=object)
+        elif name == "seed":
+            arrays[name] = np.array([[value]], dtype=np.uint64)
+        else:
+            arrays[name] = scalar_of(value)
+    text, error = raw_request(server.grpc_url, model, request_arrays(PROMPTS[0], MAX_TOKENS, **arrays))
+    assert error is None and text == expected[PROMPTS[0]], (text, error)
+    got = http_generate(
+        server.http_url,
+        model,
+        {"text_input": PROMPTS[0], "max_tokens": MAX_TOKENS, "stream": False, **defaults},
+    )
+    assert got["status"] == 200, got
+    out = got["text_output"]
+    assert ("".join(out) if isinstance(out, list) else out) == expected[PROMPTS[0]]
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_input_counts_and_perf_metrics_come_back_when_asked(server, model: str) -> None:
+    body = {"text_input": PROMPTS[0], "max_tokens": MAX_TOKENS, "stream": False}
+    got = http_generate(
+        server.http_url, model, {**body, "return_num_input_tokens": True, "return_perf_metrics": True}
+    )
+    assert got["status"] == 200, got
+    one = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
+    assert one(got["num_input_tokens"]) > 0 and one(got["num_output_tokens"]) == MAX_TOKENS
+    times = [one(got[k]) for k in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns")]
+    times.append(one(got["last_token_time_ns"]))
+    assert 0 < times[0] <= times[1] <= times[2] <= times[3], times
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
@@ -301,8 +447,24 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server, expe
         if error is None or message not in error:
             failures[case] = (text, error)
     assert not failures, failures
+    assert len(bad_requests()) >= 30
     got = http_generate(server.http_url, model, {"text_input": "", "max_tokens": 8, "stream": False})
     assert "text_input is empty" in got.get("error", ""), got
+    assert got["status"] == 400, got
+    for case, (extra, message) in BAD_SAMPLING.items():
+        if any(isinstance(v, float) and not math.isfinite(v) for v in extra.values()):
+            continue  # JSON has no NaN or infinity: covered over gRPC above
+        got = http_generate(
+            server.http_url, model, {"text_input": PROMPTS[0], "max_tokens": 8, "stream": False, **extra}
+        )
+        if got["status"] != 400 or message not in got.get("error", ""):
+            failures[case] = got
+    assert not failures, failures
+    import requests
+
+    for path in ("health/ready", f"models/{model}/ready"):
+        ready = requests.get(f"http://{server.http_url.split('://')[-1]}/v2/{path}", timeout=10)
+        assert ready.status_code == 200, f"/v2/{path} after every bad request: {ready.status_code}"
     text, error = raw_request(server.grpc_url, model, request_arrays(PROMPTS[3], MAX_TOKENS))
     assert error is None and text == expected[PROMPTS[3]], "still serving after the errors"
 

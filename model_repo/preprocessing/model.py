@@ -26,6 +26,15 @@ import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
 from pipeline.runtime.model_args import eos_ids_in, model_params
+from pipeline.runtime.tensors import VALIDATED_INPUTS
+from pipeline.runtime.validate import ALL_FEATURES, Limits, RequestError, check
+
+
+def error(message: str, exc: Exception):
+    """INVALID_ARG (HTTP 400) for a bad request, INTERNAL otherwise."""
+    bad = isinstance(exc, (RequestError, ValueError))
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if bad else None
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 def optional(request, name: str):
@@ -140,6 +149,17 @@ class TritonPythonModel:
         self.end_id = self.end_ids[0] if self.end_ids else -1
         pad = self.tokenizer.pad_token_id
         self.pad_id = self.end_id if pad is None else int(pad)
+        self.validated = [row[0] for row in VALIDATED_INPUTS[params.get("contract_version") or "latest"]]
+        # ranges only: what each target honours is checked by its tensorrt_llm model (or TensorRT-LLM)
+        self.limits = Limits(
+            vocab_size=len(self.tokenizer),
+            max_input_len=self.max_input_len,
+            max_seq_len=int(params.get("max_seq_len") or 0),
+            max_tokens_cap=self.cap,
+            max_beam_width=int(params.get("max_beam_width") or 0),
+            target="any",
+            supported=ALL_FEATURES,
+        )
 
     def execute(self, requests: list) -> list:
         responses = []
@@ -147,18 +167,35 @@ class TritonPythonModel:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._one(request)))
             except Exception as exc:  # one bad request must not fail the batch
-                responses.append(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}"))
-                )
+                responses.append(pb_utils.InferenceResponse(error=error(f"preprocessing: {exc}", exc)))
         return responses
 
     def _one(self, request) -> list:
         text = first_text(optional(request, "QUERY"))
+        decoder = optional(request, "DECODER_QUERY")
+        if decoder is not None and any(v for v in decoder.reshape(-1)):
+            raise RequestError(
+                "decoder_text_input is for encoder-decoder models - LPX serves decoder-only models: "
+                "send the prompt as text_input only"
+            )
         ids = prompt_ids(self.tokenizer, text, self.add_special_tokens, self.chat)
         if not ids:
-            raise ValueError("text_input encodes to no tokens - send a non-empty prompt")
-        out_len = int(optional(request, "REQUEST_OUTPUT_LEN").reshape(-1)[0])
-        check_lengths(len(ids), out_len, self.max_input_len, self.cap)
+            raise RequestError("text_input encodes to no tokens - send a non-empty prompt")
+        out_len_tensor = optional(request, "REQUEST_OUTPUT_LEN")
+        if out_len_tensor is None:
+            raise RequestError("max_tokens is missing - send the number of tokens to generate")
+        values = {name: optional(request, name) for name in self.validated}
+        out_len = int(out_len_tensor.reshape(-1)[0])
+        values.update(
+            max_tokens=out_len_tensor,
+            end_id=optional(request, "END_ID"),
+            pad_id=optional(request, "PAD_ID"),
+            embedding_bias_words=optional(request, "EMBEDDING_BIAS_WORDS"),
+            embedding_bias_weights=optional(request, "EMBEDDING_BIAS_WEIGHTS"),
+        )
+        if self.max_input_len and len(ids) > self.max_input_len:  # the prompt first: its fix differs
+            check_lengths(len(ids), 1, self.max_input_len, 0)
+        check(values, self.limits, n_prompt=len(ids))
         end = optional(request, "END_ID")
         pad = optional(request, "PAD_ID")
         end_id = self.end_id if end is None else int(end.reshape(-1)[0])
@@ -173,5 +210,29 @@ class TritonPythonModel:
             ),
             "STOP_WORDS_IDS": with_stops(stops, [i for i in self.end_ids if i != end_id]),
             "BAD_WORDS_IDS": word_list(self.tokenizer, optional(request, "BAD_WORDS_DICT")),
+            "EMBEDDING_BIAS": self._bias(values["embedding_bias_words"], values["embedding_bias_weights"]),
+            "OUT_PROMPT_TABLE_EXTRA_IDS": np.zeros((1, 0), dtype=np.uint64)
+            if (extra := optional(request, "PROMPT_TABLE_EXTRA_ID")) is None
+            else np.full((1, len(ids)), int(extra.reshape(-1)[0]), dtype=np.uint64),
         }
         return [pb_utils.Tensor(name, value) for name, value in values.items()]
+
+    def _bias(self, words, weights) -> np.ndarray:
+        """EMBEDDING_BIAS: a [1, vocab] float vector adding each word's weight to the logits of the word's
+        tokens (upstream's layout); [1, 0] when no word is given, which every engine reads as none."""
+        pairs = [
+            (w.decode("utf-8") if isinstance(w, bytes) else str(w), float(x))
+            for w, x in zip(
+                [] if words is None else words.reshape(-1),
+                [] if weights is None else weights.reshape(-1),
+                strict=False,
+            )
+        ]
+        pairs = [(w, x) for w, x in pairs if w]
+        if not pairs:
+            return np.zeros((1, 0), dtype=np.float32)
+        bias = np.zeros((1, len(self.tokenizer)), dtype=np.float32)
+        for word, weight in pairs:
+            for token in self.tokenizer.encode(word, add_special_tokens=False):
+                bias[0, token] += weight
+        return bias

@@ -12,9 +12,14 @@ streams. stream=true: one response per delta as it comes, then an empty FINAL re
 stream=false: exactly one response, FINAL, with the whole text (HTTP `generate` needs exactly one).
 Every response with text also carries num_output_tokens: the tokens behind that text (the engine's own
 count when it sends one, else the length of its output_ids), summed over the deltas when stream=false.
-An error from any step is answered as this request's error, with that step's message.
-Parameters: tensorrt_llm_model_name, seed_input_name (`random_seed` for v0.16 engines),
-engine_counts_tokens (false for engines without a num_output_tokens output, such as v0.16's).
+Every input of upstream's BLS at the contract version is accepted: the request is validated first
+(pipeline/runtime/validate.py; the multimodal and draft-model inputs only at their defaults), then its
+inputs go where upstream's ensemble sends them (pipeline/runtime/tensors.py) and every output the engine
+returns beside the tokens (log probs, perf metrics, num_input_tokens) is passed back.
+An error from any step is answered as this request's error, with that step's message; bad requests as
+INVALID_ARG (HTTP 400). Parameters: tensorrt_llm_model_name, contract_version (the request language:
+`latest`, or the engine target's TensorRT-LLM line), engine_counts_tokens (false for engines without a
+num_output_tokens output, such as v0.16's).
 """
 
 import threading
@@ -23,45 +28,40 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline.runtime.model_args import model_params
+from pipeline.runtime.tensors import (
+    ENGINE_INPUT_NAMES,
+    PRE_TO_ENGINE,
+    PREPROCESSING_INPUT_NAMES,
+    TRTLLM_IO,
+    VALIDATED_INPUTS,
+    request_specs,
+)
+from pipeline.runtime.validate import ALL_FEATURES, Limits, RequestError, check
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# request tensor -> preprocessing input
-PRE_INPUTS = {
-    "text_input": "QUERY",
-    "max_tokens": "REQUEST_OUTPUT_LEN",
-    "bad_words": "BAD_WORDS_DICT",
-    "stop_words": "STOP_WORDS_DICT",
-    "end_id": "END_ID",
-    "pad_id": "PAD_ID",
-}
-# preprocessing output -> tensorrt_llm input
-PRE_TO_ENGINE = {
-    "INPUT_ID": "input_ids",
-    "REQUEST_INPUT_LEN": "input_lengths",
-    "REQUEST_OUTPUT_LEN": "request_output_len",
-    "OUT_END_ID": "end_id",
-    "OUT_PAD_ID": "pad_id",
-    "STOP_WORDS_IDS": "stop_words_list",
-    "BAD_WORDS_IDS": "bad_words_list",
-}
-# request tensor -> tensorrt_llm input (passed through when the client sent it)
-SAMPLING = {
-    "top_k": "runtime_top_k",
-    "top_p": "runtime_top_p",
-    "temperature": "temperature",
-    "seed": "seed",
-    "stream": "streaming",
-    "exclude_input_in_output": "exclude_input_in_output",
-}
+# Inputs only upstream's multimodal / speculative BLS uses: refused unless at their default.
+BLS_ONLY = frozenset(
+    {"image_input", "image_bytes_input", "image_url_input", "image_sizes_input", "video_bytes_input"}
+    | {"num_draft_tokens", "use_draft_logits"}
+)
+TOKEN_OUTPUTS = ("output_ids", "sequence_length", "num_output_tokens")
 
 
 class StepError(Exception):
-    """A step answered with an error: its message goes back to the client unchanged."""
+    """A step answered with an error: its message (and whether it was the client's) goes back unchanged."""
+
+    def __init__(self, message: str, invalid: bool) -> None:
+        super().__init__(message)
+        self.invalid = invalid
 
 
 def checked(response, step: str):
     if response.has_error():
-        raise StepError(response.error().message())
+        error = response.error()
+        code = getattr(error, "code", lambda: None)()
+        raise StepError(
+            error.message(), code is not None and code == getattr(pb_utils.TritonError, "INVALID_ARG", -1)
+        )
     return response
 
 
@@ -78,10 +78,22 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         _, params = model_params(args)
         self.engine = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
-        self.sampling = {**SAMPLING, "seed": params.get("seed_input_name") or "seed"}
+        version = params.get("contract_version") or "latest"
+        self.inputs = [spec.name for spec in request_specs("tensorrt_llm_bls", version, "in")]
+        self.to_engine = ENGINE_INPUT_NAMES[version]
+        self.to_pre = {
+            **PREPROCESSING_INPUT_NAMES,
+            **{row[0]: row[0] for row in VALIDATED_INPUTS[version]},
+        }
+        bls_out = {spec.name for spec in request_specs("tensorrt_llm_bls", version, "out")}
+        engine_out = [row[0] for row in TRTLLM_IO[version]["out"]]
         self.outputs = ["output_ids", "sequence_length"]
         if params.get("engine_counts_tokens", "true").lower() in ("true", "1", "yes"):
             self.outputs.append("num_output_tokens")
+        self.extras = [name for name in engine_out if name in bls_out and name not in TOKEN_OUTPUTS]
+        self.outputs += self.extras
+        # ranges, and the inputs no engine behind this model takes (the engine checks the rest)
+        self.limits = Limits(target="tensorrt_llm_bls", supported=ALL_FEATURES - BLS_ONLY)
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -93,47 +105,53 @@ class TritonPythonModel:
         try:
             self._generate(request, sender)
         except StepError as exc:
-            self._fail(sender, str(exc))
+            self._fail(sender, str(exc), exc.invalid)
+        except RequestError as exc:
+            self._fail(sender, f"tensorrt_llm_bls: {exc}", True)
         except Exception as exc:
-            self._fail(sender, f"tensorrt_llm_bls: {exc}")
+            self._fail(sender, f"tensorrt_llm_bls: {exc}", False)
 
     def _generate(self, request, sender) -> None:
-        given = {name: pb_utils.get_input_tensor_by_name(request, name) for name in (*PRE_INPUTS, *SAMPLING)}
+        given = {name: t for name in self.inputs if (t := pb_utils.get_input_tensor_by_name(request, name))}
+        # max_tokens, end_id and pad_id are checked by preprocessing, which knows the cap and the vocabulary
+        check({name: t.as_numpy() for name, t in given.items() if name != "max_tokens"}, self.limits)
         pre = checked(
             pb_utils.InferenceRequest(
                 model_name="preprocessing",
                 requested_output_names=list(PRE_TO_ENGINE),
                 inputs=[
-                    pb_utils.Tensor(PRE_INPUTS[n], t.as_numpy())
+                    pb_utils.Tensor(self.to_pre[n], t.as_numpy())
                     for n, t in given.items()
-                    if n in PRE_INPUTS and t is not None
+                    if n in self.to_pre
                 ],
             ).exec(),
             "preprocessing",
         )
         inputs = [
             pb_utils.Tensor(dst, pb_utils.get_output_tensor_by_name(pre, src).as_numpy())
-            for src, dst in PRE_TO_ENGINE.items()
+            for src, (_, dst) in PRE_TO_ENGINE.items()
         ]
         inputs += [
-            pb_utils.Tensor(self.sampling[n], t.as_numpy())
-            for n, t in given.items()
-            if n in SAMPLING and t is not None
+            pb_utils.Tensor(self.to_engine[n], t.as_numpy()) for n, t in given.items() if n in self.to_engine
         ]
-        stream = given["stream"] is not None and bool(given["stream"].as_numpy().reshape(-1)[0])
+        stream = "stream" in given and bool(given["stream"].as_numpy().reshape(-1)[0])
         responses = pb_utils.InferenceRequest(
             model_name=self.engine, inputs=inputs, requested_output_names=self.outputs
         ).exec(decoupled=True)
         texts: list[np.ndarray] = []
+        extras: dict[str, np.ndarray] = {}
         total = 0
         for response in responses:
             checked(response, self.engine)
             if cancelled(sender):
                 sender.send(flags=FINAL)
                 return
+            got = {name: pb_utils.get_output_tensor_by_name(response, name) for name in self.extras}
+            got = {name: t.as_numpy() for name, t in got.items() if t is not None}
             ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
             lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length")
             if ids is None or lengths is None:  # an empty (flags-only) final response
+                extras.update(got)
                 continue
             text = self._detokenize(ids.as_numpy(), lengths.as_numpy())
             counted = pb_utils.get_output_tensor_by_name(response, "num_output_tokens")
@@ -143,14 +161,13 @@ class TritonPythonModel:
                 else int(lengths.as_numpy().reshape(-1)[0])
             )
             if stream:
-                sender.send(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[pb_utils.Tensor("text_output", text), count_tensor(n)]
-                    )
-                )
+                out = [pb_utils.Tensor("text_output", text), count_tensor(n)]
+                out += [pb_utils.Tensor(name, value) for name, value in got.items()]
+                sender.send(pb_utils.InferenceResponse(output_tensors=out))
             else:
                 texts.append(text)
                 total += n
+                extras.update(got)  # per-request values: the last response's are the whole request's
         if stream:
             sender.send(flags=FINAL)
             return
@@ -160,12 +177,9 @@ class TritonPythonModel:
             else [[b""]],
             dtype=np.object_,
         )
-        sender.send(
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("text_output", whole), count_tensor(total)]
-            ),
-            flags=FINAL,
-        )
+        out = [pb_utils.Tensor("text_output", whole), count_tensor(total)]
+        out += [pb_utils.Tensor(name, value) for name, value in extras.items()]
+        sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=FINAL)
 
     def _detokenize(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         post = checked(
@@ -179,5 +193,8 @@ class TritonPythonModel:
         return pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy()
 
     @staticmethod
-    def _fail(sender, message: str) -> None:
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+    def _fail(sender, message: str, invalid: bool) -> None:
+        """INVALID_ARG (HTTP 400) for a bad request, so clients tell their mistakes from server faults."""
+        code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if invalid else None
+        error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+        sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)

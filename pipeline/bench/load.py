@@ -45,6 +45,11 @@ class LoadSpec:
     ] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
     on_done: Callable[[Record], None] | None = field(default=None, repr=False, compare=False)  # progress hook
     count_tokens: bool = False  # text models: ask for num_output_tokens (set when the model declares it)
+    count_input: bool = (
+        False  # ask for num_input_tokens (set when the model declares return_num_input_tokens)
+    )
+    force_output: bool = False  # send min_tokens = max_tokens (set when the model declares and honours it)
+    maker: Any = field(default=None, repr=False, compare=False)  # prompts.PromptMaker: exact-length text
     seed: int = 0
     timeout_s: float = 600.0
 
@@ -63,6 +68,10 @@ class Record:
     emits_ns: list[int] = field(
         default_factory=list
     )  # server-side emit time of each of those responses, if sent
+    isl: int = 0  # input tokens asked for (0: a dataset prompt, no length asked)
+    osl: int = 0  # output tokens asked for (max_tokens / request_output_len)
+    input_tokens: int | None = None  # input tokens measured: the server's num_input_tokens, else counted
+    input_counted_by: str | None = None  # "num_input_tokens" | "tokenizer" | "input_ids"
 
 
 @dataclass
@@ -88,36 +97,59 @@ def prompt_ids(spec: LoadSpec, rng: np.random.Generator, length: int | None = No
 
 
 def prompt_text(spec: LoadSpec, rng: np.random.Generator, length: int | None = None) -> str:
-    """A dataset prompt when the spec has some, else `length` short words (tokenized server-side)."""
+    """A dataset prompt when the spec has some, else a prompt of exactly `length` tokens as the served
+    model counts them (spec.maker, the served model's tokenizer), else `length` common English words
+    (no tokenizer: about `length` tokens)."""
+    from .prompts import common_words
+
     if spec.prompts:
         return spec.prompts[int(rng.integers(len(spec.prompts)))]
-    return " ".join(f"w{int(i)}" for i in prompt_ids(spec, rng, length))
+    n = spec.input_len if length is None else length
+    return spec.maker.make(n, rng) if spec.maker is not None else common_words(n, rng)
 
 
-def _tensors(spec: LoadSpec, rng: np.random.Generator) -> dict[str, tuple[str, np.ndarray]]:
-    """Request tensors, batch of one, as the tensor table types them."""
+Tensors = dict[str, tuple[str, np.ndarray]]
+
+
+def _tensors(spec: LoadSpec, rng: np.random.Generator) -> tuple[Tensors, Record]:
+    """Request tensors, batch of one, as the tensor table types them, and the request's record (start 0)
+    with the lengths asked for and the input tokens counted client-side where known."""
     isl = draw_len(spec.input_len, spec.input_len_std, rng)
     osl = draw_len(spec.output_len, spec.output_len_std, rng)
+    rec = Record(start=0.0, osl=osl)
+    flags: Tensors = {}
+    if spec.force_output:
+        flags["min_tokens"] = ("INT32", np.array([[osl]], np.int32))
+    if spec.count_input:
+        flags["return_num_input_tokens"] = ("BOOL", np.array([[True]]))
     if spec.model == ENGINE:
         ids = prompt_ids(spec, rng, isl)
+        rec.isl, rec.input_tokens, rec.input_counted_by = isl, int(ids.size), "input_ids"
         return {
             "input_ids": ("INT32", ids[None, :]),
             "input_lengths": ("INT32", np.array([[ids.size]], np.int32)),
             "request_output_len": ("INT32", np.array([[osl]], np.int32)),
             "streaming": ("BOOL", np.array([[True]])),
-        }
-    text = prompt_text(spec, rng, isl).encode()
+            **flags,
+        }, rec
+    text = prompt_text(spec, rng, isl)
+    rec.isl = 0 if spec.prompts else isl
+    if spec.maker is not None:
+        rec.input_tokens, rec.input_counted_by = spec.maker.count(text), "tokenizer"
     tensors = {
-        "text_input": ("BYTES", np.array([[text]], dtype=object)),
+        "text_input": ("BYTES", np.array([[text.encode()]], dtype=object)),
         "max_tokens": ("INT32", np.array([[osl]], np.int32)),
         "stream": ("BOOL", np.array([[True]])),
+        **flags,
     }
     if spec.count_tokens:
         tensors["return_num_output_tokens"] = ("BOOL", np.array([[True]]))
-    return tensors
+    return tensors, rec
 
 
 COUNT_INPUT = "return_num_output_tokens"
+COUNT_PROMPT = "return_num_input_tokens"
+FORCE_OUTPUT = "min_tokens"
 
 
 def model_inputs(spec: LoadSpec) -> set[str] | None:
@@ -184,6 +216,9 @@ class GrpcSender:
             if msg.error_message:
                 raise RuntimeError(msg.error_message)
             resp = msg.infer_response
+            counted = _int_output(resp, "num_input_tokens")
+            if counted is not None:
+                rec.input_tokens, rec.input_counted_by = counted, "num_input_tokens"
             n = _count_grpc(resp)
             if n:
                 rec.times.append(t)
@@ -213,6 +248,14 @@ def _count_grpc(resp: Any) -> int:
         if out.name == "text_output" and len(resp.raw_output_contents[i]) > 4:
             return 1
     return 0
+
+
+def _int_output(resp: Any, name: str) -> int | None:
+    """An INT32 scalar output of one gRPC response, None when the response lacks it."""
+    for i, out in enumerate(resp.outputs):
+        if out.name == name and len(resp.raw_output_contents[i]) >= 4:
+            return int.from_bytes(resp.raw_output_contents[i][:4], "little", signed=True)
+    return None
 
 
 def _emit_grpc(resp: Any) -> int | None:
@@ -258,6 +301,9 @@ class HttpSender:
                 event = json.loads(line[5:])
                 if "error" in event:
                     raise RuntimeError(str(event["error"]))
+                if event.get("num_input_tokens") is not None:
+                    rec.input_tokens = int(np.asarray(event["num_input_tokens"]).reshape(-1)[0])
+                    rec.input_counted_by = "num_input_tokens"
                 counted, ids = event.get("num_output_tokens"), event.get("output_ids")
                 if counted is not None:
                     n = int(np.asarray(counted).reshape(-1)[0])
@@ -282,8 +328,8 @@ def _sender(spec: LoadSpec) -> GrpcSender | HttpSender:
     raise LpxError(f"Unknown protocol {spec.protocol!r} - use 'grpc' or 'http'")
 
 
-async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float) -> Record:
-    rec = Record(start=start)
+async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float, rec: Record) -> Record:
+    rec.start = start
     try:
         await sender.send(req, rec)
     except Exception as e:
@@ -312,8 +358,8 @@ async def _closed(
                 ):
                     if left[0] is not None:
                         left[0] -= 1
-                    req = sender.request(_tensors(spec, rng))
-                    out.append(await _issue(sender, req, time.perf_counter()))
+                    tensors, rec = _tensors(spec, rng)
+                    out.append(await _issue(sender, sender.request(tensors), time.perf_counter(), rec))
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             return out
@@ -334,25 +380,44 @@ async def _open(
     sender = _sender(spec)
     try:
         if warmup:
+            drawn = [_tensors(spec, rng) for _ in range(warmup)]
             await asyncio.gather(
-                *(
-                    _issue(sender, sender.request(_tensors(spec, rng)), time.perf_counter())
-                    for _ in range(warmup)
-                )
+                *(_issue(sender, sender.request(t), time.perf_counter(), r) for t, r in drawn)
             )
         offsets = arrival_offsets(rate, requests, burstiness, spec.seed)
-        reqs = [sender.request(_tensors(spec, rng)) for _ in range(requests)]  # built before the clock starts
+        reqs = [  # built before the clock starts
+            (sender.request(t), r) for t, r in (_tensors(spec, rng) for _ in range(requests))
+        ]
         t0 = time.perf_counter() + 0.01
         tasks: list[Awaitable[Record]] = []
-        for off, req in zip(offsets, reqs, strict=True):
+        for off, (req, rec) in zip(offsets, reqs, strict=True):
             delay = t0 + off - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(_issue(sender, req, t0 + off)))
+            tasks.append(asyncio.ensure_future(_issue(sender, req, t0 + off, rec)))
         records = list(await asyncio.gather(*tasks))
         return records, time.perf_counter() - t0
     finally:
         await sender.close()
+
+
+def probe(spec: LoadSpec) -> Record:
+    """One request as the load sends them (seeded apart from the load), awaited alone: what the server
+    accepts is known before any level starts."""
+
+    async def one() -> Record:
+        sender = _sender(spec)
+        try:
+            tensors, rec = _tensors(spec, np.random.default_rng(spec.seed + 7919))
+            return await _issue(sender, sender.request(tensors), time.perf_counter(), rec)
+        finally:
+            await sender.close()
+
+    hook, spec.on_done = spec.on_done, None
+    try:
+        return asyncio.run(one())
+    finally:
+        spec.on_done = hook
 
 
 def _measure(

@@ -4,6 +4,8 @@ Per request (successful, with output):
   TTFT  = first response carrying output - request start
   E2E   = last response carrying output - request start ("request latency")
   OSL   = output tokens the server sent (output_ids), or responses when only text comes back
+  ISL   = input tokens: the server's num_input_tokens when it returns it, else counted client-side
+          (the prompt's token ids, or the served model's tokenizer); None when neither is known
   ITL   = (E2E - TTFT) / (OSL - 1), only for OSL > 1
   tokens/s per user = 1 / ITL, genai-perf's (and AIPerf's) "Output Token Throughput Per User":
         it excludes TTFT, so it is the decode speed one user sees.
@@ -92,6 +94,9 @@ def summarize(run: Run, slo: dict[str, float] | None = None) -> dict[str, Any]:
     total_osl = sum(m.osl for m in ok)
     itls = [m.itl_ms for m in ok if m.itl_ms is not None]
     good = sum(1 for m in ok if meets(m, slo)) if slo else None
+    done = [r for r, m in per if m is not None]
+    measured_in = [float(r.input_tokens) for r in done if r.input_tokens is not None]
+    counted_by = sorted({r.input_counted_by for r in done if r.input_counted_by})
     return {
         "load": run.load,
         "requests": len(run.records),
@@ -104,6 +109,11 @@ def summarize(run: Run, slo: dict[str, float] | None = None) -> dict[str, Any]:
         "itl_ms": stats(itls),
         "e2e_ms": stats([m.e2e_ms for m in ok]),
         "osl": stats([float(m.osl) for m in ok]),
+        # requested vs measured lengths of the successful requests (ISL requested: none for dataset prompts)
+        "isl_requested": stats([float(r.isl) for r in done if r.isl]),
+        "isl": stats(measured_in) if len(measured_in) == len(done) else None,
+        "isl_counted_by": counted_by,
+        "osl_requested": stats([float(r.osl) for r in done if r.osl]),
         "tokens_per_s_per_user": stats([1e3 / v for v in itls if v > 0]),
         "output_tokens_per_s": total_osl / wall,
         "requests_per_s": len(ok) / wall,

@@ -39,6 +39,44 @@ def _level(load: dict[str, Any]) -> str:
     return f"rate={load['rate']:g}/s (b={load['burstiness']:g})"
 
 
+def _span(stats: dict[str, float] | None) -> str:
+    if not stats:
+        return "-"
+    return f"{stats['mean']:.1f} ({stats['min']:.0f}-{stats['max']:.0f})"
+
+
+def lengths(doc: dict[str, Any]) -> list[str]:
+    """Requested vs measured ISL/OSL per level (mean (min-max)), and how they were got."""
+    t = doc["target"]
+    rows = [r for r in doc["results"] if "isl_requested" in r]
+    if not rows:
+        return []
+    prompts = t.get("prompts") or {}
+    how = [f"prompts: {prompts.get('kind', '-')}"]
+    if prompts.get("tokenizer"):
+        how.append(f"tokenizer {prompts['tokenizer']}")
+    counted = sorted({c for r in rows for c in r.get("isl_counted_by") or []})
+    how.append(
+        f"ISL measured by {', '.join(counted) if counted else 'nothing (no tokenizer, no server count)'}"
+    )
+    how.append(f"OSL {'forced (min_tokens = max_tokens)' if t.get('output_forced') else 'not forced'}")
+    lines = [
+        "",
+        "Lengths, requested vs measured - mean (min-max) over successful requests; " + "; ".join(how),
+        "",
+        "| load | ISL requested | ISL measured | OSL requested | OSL measured |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {_level(r['load'])} | {_span(r['isl_requested'])} | {_span(r['isl'])} "
+            f"| {_span(r['osl_requested'])} | {_span(r['osl'])} |"
+        )
+    if doc.get("notes"):
+        lines += ["", "Notes:", *[f"- {n}" for n in doc["notes"]]]
+    return lines
+
+
 def markdown(doc: dict[str, Any]) -> str:
     t = doc["target"]
     v = doc.get("variant") or {}
@@ -68,6 +106,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {r['output_tokens_per_s']:.1f} | {r['requests_per_s']:.2f} | {_v(r['tokens_per_s_per_user'], 'p50')} "
             f"| {good} | {r['client_cpu_util']:.0%} |"
         )
+    lines += lengths(doc)
     lines += roofline.markdown(doc)
     errors = sorted({e for r in doc["results"] for e in r["errors"]})
     if errors:

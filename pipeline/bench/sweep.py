@@ -13,7 +13,17 @@ from ..errors import LpxError, StageFailed, UsageError
 from ..facts.gpu import lookup_gpu
 from . import report, roofline
 from .compare import parse_variant
-from .load import COUNT_INPUT, ENGINE, LoadSpec, model_inputs, run_closed, run_open
+from .load import (
+    COUNT_INPUT,
+    COUNT_PROMPT,
+    ENGINE,
+    FORCE_OUTPUT,
+    LoadSpec,
+    model_inputs,
+    probe,
+    run_closed,
+    run_open,
+)
 from .metrics import parse_slo, summarize
 
 
@@ -41,6 +51,8 @@ def bench(
     label: str | None = None,
     variant: dict[str, Any] | None = None,
     roof: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+    prompt_source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the load against `spec.url` and return the report document; write it to `out` if given.
     `label` and `variant` ({'model', 'name', 'artifact'}) are recorded for `lpx compare`; `roof`
@@ -49,8 +61,29 @@ def bench(
 
     bar = Reporter()
     results = []
+    notes = list(notes or [])
+    declared = model_inputs(spec) or set()
     if spec.model != ENGINE and not spec.count_tokens:  # count tokens, not responses, where the model can
-        spec.count_tokens = COUNT_INPUT in (model_inputs(spec) or ())
+        spec.count_tokens = COUNT_INPUT in declared
+    spec.count_input = COUNT_PROMPT in declared
+    spec.force_output = FORCE_OUTPUT in declared
+    if spec.force_output:
+        tried = probe(spec)
+        if tried.error and FORCE_OUTPUT in tried.error:  # declared but not honoured (the torch target)
+            spec.force_output = False
+            notes.append(
+                f"output length not forced: {spec.model} declares min_tokens but refused "
+                f"min_tokens={tried.osl} ({tried.error[:200]}) - requests stop at max_tokens or at "
+                "end-of-sequence, whichever comes first; measured OSL shows which"
+            )
+    else:
+        notes.append(
+            f"output length not forced: {spec.model} does not declare min_tokens - requests stop at "
+            "max_tokens or at end-of-sequence, whichever comes first; measured OSL shows which"
+        )
+    if echo:
+        for note in notes:
+            echo(f"note: {note}")
 
     def progressed(label: str, total: int | None, run):
         with bar.task(label, total) as advance:
@@ -102,7 +135,11 @@ def bench(
             "dataset_prompts": len(spec.prompts),
             "vocab": list(spec.vocab),
             "seed": spec.seed,
+            "prompts": prompt_source or {},
+            "output_forced": spec.force_output,
+            "input_tokens_from": "num_input_tokens" if spec.count_input else "client",
         },
+        "notes": notes,
         "results": results,
         "environment": report.environment(),
         "finished_at": time.time(),
@@ -193,6 +230,7 @@ def served_variant(config_path: Path | None, variant_name: str | None, protocol:
                 "model": cfg.model.name,
                 "name": variants[0].name,
                 "artifact": engine.path,
+                "repo": repo.path,
                 "provenance": {
                     "config": cfg.model_dump(mode="json"),
                     "artifact_keys": {k: a.key for k, a in outcome.artifacts.items()},
@@ -230,6 +268,8 @@ def measure(
     dataset: Path | None = None,
     dataset_field: str = "prompt",
     provenance: dict | None = None,
+    tokenizer: Path | None = None,
+    repo: Path | None = None,
     echo=print,
 ) -> dict[str, Any]:
     """What `lpx bench` does: measure the model at `url` (or, without one, the variant LPX builds and serves
@@ -269,6 +309,8 @@ def measure(
                 dataset,
                 dataset_field,
                 provenance=served["provenance"],
+                tokenizer=tokenizer,
+                repo=served["repo"],
                 echo=echo,
             )
     prompts: tuple[str, ...] = ()
@@ -280,6 +322,25 @@ def measure(
         prompts = tuple(read_texts(dataset, dataset_field, "--dataset", "--dataset-field")[0])
         if not prompts:
             raise UsageError(f"--dataset: {dataset} holds no prompts")
+    maker, notes, source = None, [], {"kind": "token ids" if model == ENGINE else "synthetic"}
+    if model != ENGINE:
+        from .prompts import (
+            NO_TOKENIZER_NOTE,
+            PromptMaker,
+            describe,
+            find_tokenizer,
+            server_tokenization,
+        )
+
+        folder = find_tokenizer(url, tokenizer, repo)
+        if folder is not None:
+            maker = PromptMaker.load(folder, **server_tokenization(url, protocol))
+            source = {"kind": "exact (tokenizer)", **describe(maker)}
+        elif not prompts:
+            notes.append(NO_TOKENIZER_NOTE.format(url=url, n=input_len))
+            source = {"kind": "approximate (no tokenizer)", "tokenizer": None}
+        if prompts:
+            source = {**source, "kind": "dataset", "count": len(prompts)}
     spec = LoadSpec(
         url=url,
         model=model,
@@ -291,6 +352,7 @@ def measure(
         vocab=(lo, hi),
         seed=seed,
         prompts=prompts,
+        maker=maker,
     )
     variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
     if artifact is not None:
@@ -314,6 +376,8 @@ def measure(
         label=label,
         variant=variant,
         roof=roof,
+        notes=notes,
+        prompt_source=source,
     )
     echo(report.markdown(doc))
     for note in ("plots_note", "roofline_note"):

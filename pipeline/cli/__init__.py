@@ -84,6 +84,10 @@ def main() -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
+        full = None if debug else _disk_full(exc)
+        if full is not None:
+            click.secho(f"error: {full.message}", err=True, fg="red")
+            sys.exit(full.exit_code)
         if debug:
             raise
         click.secho(f"error: unexpected {type(exc).__name__}: {exc}", err=True, fg="red")
@@ -91,3 +95,21 @@ def main() -> None:
             "This is a bug or an unsupported setup; re-run with LPX_DEBUG=1 for the traceback.", err=True
         )
         sys.exit(1)
+
+
+def _disk_full(exc: BaseException):
+    """A full disk that no stage caught (the demo checkpoint, bench results, ...) as a DiskFull naming the
+    folder written (from the error, else LPX_HOME) and its free space; None for any other error."""
+    from pathlib import Path
+
+    from ..artifacts import home
+    from ..errors import disk_full, disk_full_cause
+
+    cause = disk_full_cause(exc)
+    if cause is None:
+        return None
+    name = getattr(cause, "filename", None)
+    folder = Path(os.fsdecode(name)).parent if isinstance(name, (str, bytes, os.PathLike)) else home()
+    while not folder.exists() and folder != folder.parent:  # a staging folder its writer removed
+        folder = folder.parent
+    return disk_full(folder, cause, kept=False)

@@ -30,7 +30,8 @@ from ..facts.trtllm import BUILD_LINES, LINES
     "--model",
     default="ensemble",
     show_default=True,
-    help="'ensemble' (text prompts) or 'tensorrt_llm' (token ids, exact lengths).",
+    help="'ensemble' or 'tensorrt_llm_bls' (text prompts of --input-len tokens, counted with the served "
+    "tokenizer) or 'tensorrt_llm' (token ids).",
 )
 @click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
 @click.option(
@@ -51,8 +52,14 @@ from ..facts.trtllm import BUILD_LINES, LINES
 @click.option(
     "--warmup", type=int, default=10, show_default=True, help="Uncounted requests before each level."
 )
-@click.option("--input-len", type=int, default=128, show_default=True)
-@click.option("--output-len", type=int, default=128, show_default=True)
+@click.option("--input-len", type=int, default=128, show_default=True, help="Prompt tokens per request.")
+@click.option(
+    "--output-len",
+    type=int,
+    default=128,
+    show_default=True,
+    help="max_tokens per request; also min_tokens where the model honours it (forced length).",
+)
 @click.option(
     "--input-len-std",
     type=float,
@@ -71,7 +78,18 @@ from ..facts.trtllm import BUILD_LINES, LINES
     "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
 )
 @click.option(
-    "--vocab", default="100,30000", show_default=True, help="Range LO,HI of random prompt token ids."
+    "--vocab",
+    default="100,30000",
+    show_default=True,
+    help="Range LO,HI of random prompt token ids (--model tensorrt_llm).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The served model's tokenizer folder, for prompts of exactly --input-len tokens (text models). "
+    "Default: the served repository's preprocessing/1/tokenizer when the server runs on this machine; "
+    "without one, prompts are common words of about --input-len tokens.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")

@@ -23,6 +23,7 @@ Runs inside Triton's python stub: `triton_python_backend_utils` is imported when
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,16 @@ from typing import Any
 import numpy as np
 
 from .model_args import eos_ids_in, model_params
+from .tensors import TRTLLM_IO
+from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
+
+# Every input of upstream's `tensorrt_llm` model: LPX's python models declare them all, read what their
+# engine honours and refuse (validate.py) a non-default value of the rest.
+ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"])
+# Honoured here for every engine: counts and timestamps the model itself measures.
+MODEL_FEATURES = frozenset({"return_num_input_tokens", "return_perf_metrics"})
+# Engine option -> the request input it comes from (passed to submit() only when the engine honours it)
+ENGINE_OPTIONS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens")
 
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
 
@@ -38,6 +49,41 @@ def _pb() -> Any:
     import triton_python_backend_utils as pb_utils
 
     return pb_utils
+
+
+def is_request_error(exc: Exception) -> bool:
+    """A bad request (the client's to fix), not a server fault: the engines' own length checks say so too."""
+    return isinstance(exc, RequestError) or getattr(exc, "request_error", False)
+
+
+def triton_error(message: str, invalid: bool):
+    """A TritonError; INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT) for a bad request."""
+    pb = _pb()
+    code = getattr(pb.TritonError, "INVALID_ARG", None) if invalid else None
+    return pb.TritonError(message) if code is None else pb.TritonError(message, code)
+
+
+def given_inputs(request, names) -> dict[str, np.ndarray]:
+    """The inputs this request carries, by name (absent ones left out)."""
+    out = {}
+    for name in names:
+        tensor = _pb().get_input_tensor_by_name(request, name)
+        if tensor is not None:
+            out[name] = tensor.as_numpy()
+    return out
+
+
+PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+
+
+def timestamp(job: dict, delta: list[int]) -> None:
+    """Record when the first and the latest tokens came (return_perf_metrics)."""
+    perf = job["perf"]
+    if perf is None or not delta:
+        return
+    now = time.time_ns()
+    perf.setdefault("first_token_time_ns", now)
+    perf["last_token_time_ns"] = now
 
 
 def scalar(request, name: str, default, kind=int):
@@ -131,31 +177,68 @@ class GenerationModel:
             threading.Thread(target=self._run, args=(job, sender), daemon=True).start()
         return None
 
-    def parse(self, request) -> dict:
-        ids = _pb().get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1)
-        length = scalar(request, "input_lengths", len(ids))
-        max_tokens = scalar(request, "request_output_len", 0)
-        if self.cap and max_tokens > self.cap:
-            raise ValueError(
-                f"max_tokens {max_tokens} is above this server's cap {self.cap} - ask for fewer "
-                "tokens or raise serving.max_tokens_cap"
+    def limits(self) -> Limits:
+        """What this model's engine allows (read from the engine once it exists)."""
+        if getattr(self, "_limits", None) is None:
+            engine = self.engine
+            meta = getattr(engine, "meta", {}) or {}
+            self._limits = Limits(
+                vocab_size=getattr(engine, "vocab_size", None),
+                max_input_len=int(meta.get("max_input_len") or getattr(engine, "max_input_len", 0) or 0),
+                max_seq_len=int(meta.get("max_seq_len") or getattr(engine, "max_seq_len", 0) or 0),
+                max_tokens_cap=self.cap,
+                target=getattr(engine, "TARGET", self.label),
+                supported=MODEL_FEATURES | frozenset(getattr(engine, "SUPPORTED", ())),
             )
+        return self._limits
+
+    def parse(self, request) -> dict:
+        values = given_inputs(request, ENGINE_INPUTS)
+        if "input_ids" not in values:
+            raise RequestError("input_ids is missing - send the prompt's token ids as input_ids (INT32)")
+        ids = values["input_ids"].reshape(-1)
+        length = scalar(request, "input_lengths", len(ids))
+        if not 0 < length <= len(ids):
+            raise RequestError(
+                f"input_lengths {length} does not fit the {len(ids)} input_ids sent - send the prompt's length"
+            )
+        limits = self.limits()
+        if limits.max_input_len and length > limits.max_input_len:
+            raise RequestError(
+                f"the prompt has {length} tokens, above the engine's max_input_len {limits.max_input_len} - "
+                "shorten it or rebuild with a larger build.max_input_len"
+            )
+        if "request_output_len" not in values:
+            raise RequestError("request_output_len is missing - send the number of tokens to generate")
+        check(values, limits, n_prompt=int(length))
         if words(request, "bad_words_list") and not self.bad_words_supported:
-            raise ValueError(f"bad_words is not supported by {self.label} - leave it empty")
+            raise RequestError(f"bad_words is not supported by {self.label} - leave it empty")
         end_id = scalar(request, "end_id", -1)
         # the request's end_id, then every end-of-sequence id of generation_config.json (may be a list)
         ends = list(dict.fromkeys(([end_id] if end_id >= 0 else []) + self.eos_ids))
+        options = {
+            name: value
+            for name in ENGINE_OPTIONS
+            if name in limits.supported
+            and (value := scalar(request, name, None, type(FEATURE_DEFAULTS[name]))) is not None
+            and value != FEATURE_DEFAULTS[name]
+        }
         return {
             "input_ids": [int(t) for t in ids[:length]],
-            "max_new_tokens": max_tokens,
+            "max_new_tokens": scalar(request, "request_output_len", 0),
             "end_ids": ends or None,
             "temperature": scalar(request, "temperature", 1.0, float),
             "top_k": scalar(request, "runtime_top_k", 0),
             "top_p": scalar(request, "runtime_top_p", 0.0, float),
             "seed": scalar(request, "seed", None),
+            "options": options,
             "streaming": scalar(request, "streaming", False, bool),
             "exclude_input": scalar(request, "exclude_input_in_output", self.exclude_input, bool),
             "stops": words(request, "stop_words_list"),
+            "count_input": scalar(request, "return_num_input_tokens", False, bool),
+            "perf": {"arrival_time_ns": time.time_ns()}
+            if scalar(request, "return_perf_metrics", False, bool)
+            else None,
         }
 
     def _run(self, job: dict, sender) -> None:
@@ -168,7 +251,10 @@ class GenerationModel:
                 top_k=job["top_k"],
                 top_p=job["top_p"],
                 seed=job["seed"],
+                **job["options"],
             )
+            if job["perf"] is not None:
+                job["perf"]["first_scheduled_time_ns"] = time.time_ns()
         except Exception as exc:
             self._fail(sender, exc)
             return
@@ -176,23 +262,25 @@ class GenerationModel:
             if job["streaming"]:
                 self._stream(stream, job, sender)
             else:
-                tokens = self._collect(stream, job["stops"], sender)
+                tokens = self._collect(stream, job, sender)
                 if tokens is None:  # the client cancelled
                     sender.send(flags=_pb().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 else:
                     echo = job["input_ids"] if not job["exclude_input"] else []
-                    self._send(sender, echo + tokens, final=True, generated=len(tokens))
+                    self._send(sender, echo + tokens, True, job, generated=len(tokens))
         except Exception as exc:
             stream.cancel()
             self._fail(sender, exc)
 
-    def _collect(self, stream, stops: list[list[int]], sender) -> list[int] | None:
+    def _collect(self, stream, job: dict, sender) -> list[int] | None:
         """All tokens of a non-streaming request, cut after a stop sequence; None if the client left."""
         tokens: list[int] = []
+        stops = job["stops"]
         for delta in stream:
             if cancelled(sender):
                 stream.cancel()
                 return None
+            timestamp(job, delta)
             first_new, tokens = len(tokens), tokens + delta
             end = stop_at(tokens, first_new, stops) if stops else None
             if end is not None:
@@ -207,6 +295,7 @@ class GenerationModel:
                 stream.cancel()
                 sender.send(flags=_pb().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
+            timestamp(job, delta)
             first_new, tokens = len(tokens), tokens + delta
             final = stream.finished
             end = stop_at(tokens, first_new, job["stops"]) if job["stops"] else None
@@ -216,16 +305,25 @@ class GenerationModel:
             pending = tokens[sent:]
             if not ready(self.tokenizer, pending, final):
                 continue  # hold: the last character is not complete yet
-            self._send(sender, pending, final)
+            self._send(sender, pending, final, job)
             sent = len(tokens)
             if final:
                 return
-        self._send(sender, tokens[sent:], final=True)  # the engine ended the stream (cancelled or closed)
+        self._send(sender, tokens[sent:], True, job)  # the engine ended the stream (cancelled or closed)
 
     @staticmethod
-    def _send(sender, tokens: list[int], final: bool, generated: int | None = None) -> None:
+    def _send(sender, tokens: list[int], final: bool, job: dict, generated: int | None = None) -> None:
+        """One response: the tokens, their count, and on the final one what the request asked for
+        (num_input_tokens, the perf-metric timestamps)."""
         pb = _pb()
+        extra = {}
+        if final and job["count_input"]:
+            extra["num_input_tokens"] = np.array([[len(job["input_ids"])]], dtype=np.int32)
+        if final and job["perf"] is not None:
+            for name in PERF_TIMES:
+                extra[name] = np.array([[job["perf"].get(name, 0)]], dtype=np.int64)
         out = [
+            *(pb.Tensor(name, value) for name, value in extra.items()),
             pb.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens))),
             pb.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
             pb.Tensor(
@@ -242,7 +340,9 @@ class GenerationModel:
         pb = _pb()
         message = getattr(exc, "message", None) or str(exc)
         sender.send(
-            pb.InferenceResponse(error=pb.TritonError(f"{self.label}: {message}")),
+            pb.InferenceResponse(
+                error=triton_error(f"{self.label}: {message}", invalid=is_request_error(exc))
+            ),
             flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import LpxError
@@ -69,10 +69,15 @@ class Request:
     top_k: int
     top_p: float
     seed: int | None
+    options: dict = field(default_factory=dict)  # features in the engine's SUPPORTED, non-default only
 
 
 class Engine:
     """What both engines share: `submit` checks a request and hands it to the subclass's `start`."""
+
+    # Request features (pipeline/runtime/validate.py's names) this engine honours beyond the defaults;
+    # the Triton model refuses a non-default value of any other with INVALID_ARG.
+    SUPPORTED: frozenset[str] = frozenset()
 
     max_input_len: int = 0  # 0: no limit known
     max_seq_len: int = 0
@@ -103,15 +108,24 @@ class Engine:
         top_k: int = 1,
         top_p: float = 0.0,
         seed: int | None = None,
+        **options: Any,
     ) -> DeltaStream:
         """Queue one request; returns its stream of token deltas. A request the engine cannot run (closed
-        engine, empty or too long prompt, max_tokens beyond max_seq_len) is a LpxError naming the fix."""
+        engine, empty or too long prompt, max_tokens beyond max_seq_len, an option it does not honour) is
+        a LpxError naming the fix."""
         self.check_open()
         ids = self.check_prompt(input_ids, max_new_tokens)
         ends = [int(e) for e in end_ids] if end_ids else None
         seed = None if seed is None else int(seed)
+        unknown = sorted(set(options) - self.SUPPORTED)
+        if unknown:
+            raise LpxError(
+                f"{', '.join(unknown)} not supported by this engine - leave them at their defaults"
+            )
         return self.start(
-            Request(ids, int(max_new_tokens), ends, float(temperature), int(top_k), float(top_p), seed)
+            Request(
+                ids, int(max_new_tokens), ends, float(temperature), int(top_k), float(top_p), seed, options
+            )
         )
 
     def check_open(self) -> None:

@@ -88,6 +88,10 @@ async def _cancel_all() -> None:
 class LlmApiEngine(Engine):
     """tensorrt_llm.LLM on a background event loop; `submit` as TorchEngine's."""
 
+    TARGET = "llmapi"
+    # SamplingParams fields of the same name (tests/contracts/trtllm_llmapi_python.json)
+    SUPPORTED = frozenset({"repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens"})
+
     def __init__(self, folder: Path) -> None:
         try:
             from tensorrt_llm import LLM, SamplingParams
@@ -129,6 +133,7 @@ class LlmApiEngine(Engine):
             include_stop_str_in_output=True,
             detokenize=False,
             seed=request.seed,
+            **request.options,
             **{
                 k: v
                 for k, v in sampling_kwargs(request.temperature, request.top_k, request.top_p).items()

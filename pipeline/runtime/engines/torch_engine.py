@@ -109,6 +109,8 @@ def _exact_top1(manager) -> None:
 class TorchEngine(Engine):
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
+    TARGET = "torch"
+
     def __init__(
         self, engine_dir: Path, device: str | None = None, seed: int = 0, batch_invariant: bool = True
     ) -> None:

@@ -4,11 +4,10 @@ exports (estimated from `lpx plan`'s weight sizes), and host / GPU memory after 
 from __future__ import annotations
 
 import contextlib
-import errno
 import shutil
 from pathlib import Path
 
-from ...errors import LpxError
+from ...errors import LpxError, disk_full, disk_full_cause
 from ...inspection.checkpoint import CheckpointInfo
 
 DISK_MARGIN = 1.05  # headroom over plan's weight bytes: file headers, scales plan does not count
@@ -64,31 +63,15 @@ def check_disk(
 
 @contextlib.contextmanager
 def disk_full_is_an_error(out: Path):
-    """A disk that fills while writing becomes a LpxError naming the folder and the free space (the runner's
+    """A disk that fills while writing becomes a DiskFull naming the folder and the free space (the runner's
     staging folder is then removed, so nothing that looks complete is left)."""
     try:
         yield
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
+    except Exception as exc:
+        cause = disk_full_cause(exc)
+        if cause is None:
             raise
-        raise _disk_full(out, exc) from None
-    except RuntimeError as exc:  # torch's zip writer: "unexpected pos ..." / "failed writing file"
-        text = str(exc)
-        if "unexpected pos" not in text and "PytorchStreamWriter failed" not in text:
-            raise
-        raise _disk_full(out, exc) from None
-
-
-def _disk_full(out: Path, exc: Exception) -> LpxError:
-    try:
-        free = f"{free_bytes(out) / 2**30:.2f} GiB free"
-    except OSError:
-        free = "free space unknown"
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return LpxError(
-        f"The disk filled while writing the quantize exports into {out} ({free}; {first}) - "
-        "nothing was kept; free space or point LPX_HOME at a larger disk, then re-run"
-    )
+        raise disk_full(out, cause, "writing the quantize exports") from None
 
 
 def gpu_memory(phase: str, into: dict) -> None:

@@ -104,8 +104,6 @@ FIXED = {
     "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
     "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
 }
-# Ensemble-step input renames: LPX's ensemble keeps `seed`; v0.16.0's tensorrt_llm calls it `random_seed`.
-STEP_RENAMES = {"v0.16.0": {"seed": "random_seed"}, "latest": {}}
 
 
 def counts_tokens(cfg: Config) -> bool:

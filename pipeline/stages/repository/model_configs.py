@@ -15,7 +15,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ...config import Config
 from ...facts import trtllm
-from ...runtime.tensors import TOKEN_COUNT_TENSORS, specs
+from ...runtime.tensors import (
+    ENGINE_INPUT_NAMES,
+    ENSEMBLE_IO,
+    PRE_TO_ENGINE,
+    PREPROCESSING_INPUT_NAMES,
+    TRTLLM_IO,
+    VALIDATED_INPUTS,
+    preprocessing_specs,
+    request_specs,
+    specs,
+)
 from ..build.llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 from . import engine_repo
 from .pbtxt import declare
@@ -39,59 +49,36 @@ APPLY_CHAT_TEMPLATE = (
 BLS_INSTANCE_COUNT = 1  # the BLS model runs each request on its own thread: one instance serves many
 
 
-# The ensemble's steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}),
-# with upstream's internal tensor names.
-STEPS: list[tuple[str, dict[str, str], dict[str, str]]] = [
-    (
-        "preprocessing",
-        {
-            "QUERY": "text_input",
-            "REQUEST_OUTPUT_LEN": "max_tokens",
-            "BAD_WORDS_DICT": "bad_words",
-            "STOP_WORDS_DICT": "stop_words",
-            "END_ID": "end_id",
-            "PAD_ID": "pad_id",
-        },
-        {
-            "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-            "INPUT_ID": "_INPUT_ID",
-            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
-            "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
-            "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
-            "OUT_END_ID": "_PREPROCESSOR_END_ID",
-            "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
-        },
-    ),
-    (
-        "tensorrt_llm",
-        {
-            "input_ids": "_INPUT_ID",
-            "input_lengths": "_REQUEST_INPUT_LEN",
-            "request_output_len": "_REQUEST_OUTPUT_LEN",
-            "end_id": "_PREPROCESSOR_END_ID",
-            "pad_id": "_PREPROCESSOR_PAD_ID",
-            "stop_words_list": "_STOP_WORDS_IDS",
-            "bad_words_list": "_BAD_WORDS_IDS",
-            "runtime_top_k": "top_k",
-            "runtime_top_p": "top_p",
-            "temperature": "temperature",
-            "seed": "seed",
-            "streaming": "stream",
-            "exclude_input_in_output": "exclude_input_in_output",
-            "return_num_output_tokens": "return_num_output_tokens",
-        },
-        {
-            "output_ids": "_TOKENS_BATCH",
-            "sequence_length": "_SEQUENCE_LENGTH",
-            "num_output_tokens": "num_output_tokens",
-        },
-    ),
-    (
-        "postprocessing",
-        {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-        {"OUTPUT": "text_output"},
-    ),
-]
+def steps(version: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """The ensemble's steps at one contract version: (model, {model input: ensemble tensor},
+    {model output: ensemble tensor}), wired as upstream's ensemble is, every request input passed on.
+    Preprocessing also reads the scalar sampling inputs, to validate them before the engine runs."""
+    ensemble_in = {row[0] for row in ENSEMBLE_IO[version]["in"]}
+    ensemble_out = {row[0] for row in ENSEMBLE_IO[version]["out"]}
+    engine_out = [row[0] for row in TRTLLM_IO[version]["out"]]
+    pre_in = {model_in: name for name, model_in in PREPROCESSING_INPUT_NAMES.items() if name in ensemble_in}
+    pre_in.update({row[0]: row[0] for row in VALIDATED_INPUTS[version]})
+    engine_in = {internal[1]: internal[0] for internal in PRE_TO_ENGINE.values()}
+    engine_in.update(
+        {model_in: name for name, model_in in ENGINE_INPUT_NAMES[version].items() if name in ensemble_in}
+    )
+    engine_outputs = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
+    engine_outputs.update({name: name for name in engine_out if name in ensemble_out})
+    return [
+        ("preprocessing", pre_in, {out: internal for out, (internal, _) in PRE_TO_ENGINE.items()}),
+        ("tensorrt_llm", engine_in, engine_outputs),
+        (
+            "postprocessing",
+            {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+            {"OUTPUT": "text_output"},
+        ),
+    ]
+
+
+def request_version(cfg: Config) -> str:
+    """The contract version whose request language the ensemble and BLS speak: the engine target's
+    TensorRT-LLM line; LPX's own python engines speak the latest."""
+    return trtllm.contract_version(cfg.build.trtllm_version) if cfg.build.target == "engine" else "latest"
 
 
 def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dict[str, str]:
@@ -105,18 +92,17 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
             "apply_chat_template": str(APPLY_CHAT_TEMPLATE).lower(),
             "max_input_len": str(max_input_len or cfg.build.max_input_len),
             "max_tokens_cap": str(cfg.serving.max_tokens_cap),
+            "contract_version": request_version(cfg),
+            "max_seq_len": str(cfg.build.max_seq_len),
+            # LPX builds engines with max_beam_width 1; LPX's python engines refuse beam search themselves
+            "max_beam_width": "1" if cfg.build.target == "engine" else "0",
         }
     if model == "tensorrt_llm_bls":
-        renames = (
-            engine_repo.STEP_RENAMES[trtllm.contract_version(cfg.build.trtllm_version)]
-            if cfg.build.target == "engine"
-            else {}
-        )
         counts = engine_repo.counts_tokens(cfg) if cfg.build.target == "engine" else True
         return {
             "tensorrt_llm_model_name": "tensorrt_llm",
             "accumulate_tokens": "false",
-            "seed_input_name": renames.get("seed", "seed"),
+            "contract_version": request_version(cfg),
             "engine_counts_tokens": str(counts).lower(),
         }
     if model == "postprocessing":
@@ -147,28 +133,25 @@ def model_config(
     engine = cfg.build.target == "engine"
     if engine and model == "tensorrt_llm":
         return engine_repo.model_config(cfg, engine_path if engine_path is not None else Path("1/engine"))
-    renames = engine_repo.STEP_RENAMES[trtllm.contract_version(cfg.build.trtllm_version)] if engine else {}
-    # a v0.16 engine has no num_output_tokens: the ensemble over it cannot offer it (the BLS model counts itself)
-    drop = (
-        TOKEN_COUNT_TENSORS
-        if engine and model == "ensemble" and not engine_repo.counts_tokens(cfg)
-        else set()
-    )
-    conf = declare(
-        mc.ModelConfig(name=model, max_batch_size=cfg.build.max_batch_size),
-        (s for s in specs(model, "in") if s.name not in drop),
-        (s for s in specs(model, "out") if s.name not in drop),
-    )
+    version = request_version(cfg)
+    if model in ("ensemble", "tensorrt_llm_bls"):
+        ins, outs = request_specs(model, version, "in"), request_specs(model, version, "out")
+        if model == "tensorrt_llm_bls" and "num_output_tokens" not in {s.name for s in outs}:
+            # LPX's BLS counts the tokens of every response itself, also over engines that do not (v0.16)
+            outs.append(
+                next(s for s in request_specs(model, "latest", "out") if s.name == "num_output_tokens")
+            )
+    elif model == "preprocessing":
+        ins, outs = preprocessing_specs(version, "in"), preprocessing_specs(version, "out")
+    else:
+        ins, outs = specs(model, "in"), specs(model, "out")
+    conf = declare(mc.ModelConfig(name=model, max_batch_size=cfg.build.max_batch_size), ins, outs)
     if model == "ensemble":
         conf.platform = "ensemble"
-        for name, inputs, outputs in STEPS:
+        for name, inputs, outputs in steps(version):
             step = conf.ensemble_scheduling.step.add(model_name=name, model_version=-1)
-            step.input_map.update(
-                {renames.get(k, k): v for k, v in inputs.items() if k not in drop}
-                if name == "tensorrt_llm"
-                else inputs
-            )
-            step.output_map.update({k: v for k, v in outputs.items() if k not in drop})
+            step.input_map.update(inputs)
+            step.output_map.update(outputs)
         return conf
     conf.backend = "python"
     conf.model_transaction_policy.decoupled = model in DECOUPLED
