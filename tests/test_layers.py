@@ -152,8 +152,15 @@ def test_one_home_per_fact():
             "stages/build/trtllm_build.py",
             "stages/repository/engine_repo.py",
             "runtime/tensors.py",
+            "runtime/upstream_io.py",
+            "runtime/upstream_trtllm.py",
         ]
     )  # the line table names the contract; per-version contract tables are keyed by it
+
+
+# Names of files outside the repository (the team's design notes, the shared contracts folder), spelled
+# in pieces so that this test's own source does not cite them.
+OUTSIDE_CITATION = "|".join(("DESIGN" + r"\.md", "shared" + "/contracts", r"\.\./" + "shared"))
 
 
 def test_the_repository_stands_alone():
@@ -161,9 +168,7 @@ def test_the_repository_stands_alone():
     text[ROOT / "README.md"] = (ROOT / "README.md").read_text(encoding="utf-8")
     here = Path(__file__).resolve()
     cited = sorted(
-        str(p.relative_to(ROOT))
-        for p, t in text.items()
-        if p != here and re.search(r"DESIGN\.md|shared/contracts|\.\./shared", t)
+        str(p.relative_to(ROOT)) for p, t in text.items() if p != here and re.search(OUTSIDE_CITATION, t)
     )
     assert cited == []
 

@@ -5,6 +5,7 @@ TensorRT-LLM's request rules (prompt and length limits, when sampling is greedy)
 from __future__ import annotations
 
 import queue
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,7 @@ class Request:
     options: dict = field(default_factory=dict)  # features in the engine's SUPPORTED, non-default only
 
 
-class Engine:
+class Engine(ABC):
     """What both engines share: `submit` checks a request and hands it to the subclass's `start`."""
 
     # Request features (pipeline/runtime/validate.py's names) this engine honours beyond the defaults;
@@ -129,10 +130,13 @@ class Engine:
         )
 
     def check_open(self) -> None:
-        """Refuse a request when the engine cannot take one (closed, or its worker died)."""
+        """Refuse a request when the engine cannot take one (closed, or its worker died); by default an
+        engine is always open."""
+        return None
 
+    @abstractmethod
     def start(self, request: Request) -> DeltaStream:
-        raise NotImplementedError
+        """Hand a checked request to the engine; returns its stream."""
 
     def generate(self, input_ids: list[int], max_new_tokens: int, **kwargs: Any) -> list[int]:
         """All new tokens of one request (blocking)."""
@@ -141,8 +145,9 @@ class Engine:
             pass
         return stream.tokens
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop the engine and end every open stream."""
 
     def __enter__(self):
         return self

@@ -50,6 +50,8 @@ CODE = (
     "pipeline.stages.repository.engine_repo",
     "pipeline.stages.repository.pbtxt",
     "pipeline.runtime.tensors",
+    "pipeline.runtime.upstream_io",
+    "pipeline.runtime.upstream_trtllm",
 )
 ENGINE_PATH_IN_KEY = Path("<repository>/tensorrt_llm/1/engine")  # where the engine target's copy will be
 
