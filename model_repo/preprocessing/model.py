@@ -25,16 +25,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.runtime.model_args import eos_ids_in, model_params
+from pipeline.runtime.model_args import eos_ids_in, model_params, triton_error
 from pipeline.runtime.tensors import VALIDATED_INPUTS
 from pipeline.runtime.validate import ALL_FEATURES, Limits, RequestError, check
-
-
-def error(message: str, exc: Exception):
-    """INVALID_ARG (HTTP 400) for a bad request, INTERNAL otherwise."""
-    bad = isinstance(exc, (RequestError, ValueError))
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if bad else None
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 def optional(request, name: str):
@@ -167,7 +160,11 @@ class TritonPythonModel:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._one(request)))
             except Exception as exc:  # one bad request must not fail the batch
-                responses.append(pb_utils.InferenceResponse(error=error(f"preprocessing: {exc}", exc)))
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=triton_error(f"preprocessing: {exc}", isinstance(exc, ValueError))
+                    )
+                )
         return responses
 
     def _one(self, request) -> list:

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.runtime.model_args import model_params
+from pipeline.runtime.model_args import cancelled, model_params, triton_error
 from pipeline.runtime.tensors import (
     ENGINE_INPUT_NAMES,
     PRE_TO_ENGINE,
@@ -67,11 +67,6 @@ def checked(response, step: str):
 
 def count_tensor(n: int):
     return pb_utils.Tensor("num_output_tokens", np.array([[n]], dtype=np.int32))
-
-
-def cancelled(sender) -> bool:
-    check = getattr(sender, "is_cancelled", None)
-    return bool(check and check())
 
 
 class TritonPythonModel:
@@ -195,6 +190,4 @@ class TritonPythonModel:
     @staticmethod
     def _fail(sender, message: str, invalid: bool) -> None:
         """INVALID_ARG (HTTP 400) for a bad request, so clients tell their mistakes from server faults."""
-        code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if invalid else None
-        error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-        sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+        sender.send(pb_utils.InferenceResponse(error=triton_error(message, invalid)), flags=FINAL)

@@ -1,11 +1,12 @@
 """The request handling of LPX's `tensorrt_llm` Triton python models (model_repo/torch_engine for the
 torch target, model_repo/llmapi for the llmapi target): one class, two engines.
 
-Upstream's request tensors for what LPX supports: input_ids, input_lengths, request_output_len,
-end_id, pad_id, streaming, temperature, runtime_top_k, runtime_top_p, seed, exclude_input_in_output,
-stop_words_list, bad_words_list (empty only), return_num_output_tokens (accepted; the count is always
-sent) -> output_ids [beams, tokens], sequence_length [beams], num_output_tokens [1] (generated tokens
-in this response; input tokens echoed with exclude_input_in_output false are not counted). Sampling
+Every input of upstream's `tensorrt_llm` model is declared and validated first (validate.py; a bad or
+unsupported value is INVALID_ARG); the engine gets the prompt, the length, end ids, temperature /
+top_k / top_p / seed and the options in its SUPPORTED -> output_ids [beams, tokens], sequence_length
+[beams], num_output_tokens [1] (generated tokens in this response; input tokens echoed with
+exclude_input_in_output false are not counted), and on the final response num_input_tokens and the
+perf-metric timestamps when asked. Sampling
 follows TensorRT-LLM: greedy when temperature is 0, top_k is 1, or neither top_k nor top_p is set.
 
 Each request runs on its own thread over the engine's stream of token deltas (in-flight batching
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_args import eos_ids_in, model_params
+from .model_args import cancelled, eos_ids_in, model_params, triton_error
 from .tensors import TRTLLM_IO
 from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
 
@@ -49,18 +50,6 @@ def _pb() -> Any:
     import triton_python_backend_utils as pb_utils
 
     return pb_utils
-
-
-def is_request_error(exc: Exception) -> bool:
-    """A bad request (the client's to fix), not a server fault: the engines' own length checks say so too."""
-    return isinstance(exc, RequestError) or getattr(exc, "request_error", False)
-
-
-def triton_error(message: str, invalid: bool):
-    """A TritonError; INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT) for a bad request."""
-    pb = _pb()
-    code = getattr(pb.TritonError, "INVALID_ARG", None) if invalid else None
-    return pb.TritonError(message) if code is None else pb.TritonError(message, code)
 
 
 def given_inputs(request, names) -> dict[str, np.ndarray]:
@@ -109,12 +98,6 @@ def words(request, name: str) -> list[list[int]]:
 def eos_ids(folder: Path) -> list[int]:
     """generation_config.json's eos_token_id (an int or a list), else config.json's."""
     return eos_ids_in(folder, "generation_config.json") or eos_ids_in(folder, "config.json")
-
-
-def cancelled(sender) -> bool:
-    """True once the client has cancelled the request (Triton >= 2.40 tells the python backend)."""
-    check = getattr(sender, "is_cancelled", None)
-    return bool(check and check())
 
 
 def ready(tokenizer, pending: list[int], final: bool) -> bool:
@@ -341,7 +324,7 @@ class GenerationModel:
         message = getattr(exc, "message", None) or str(exc)
         sender.send(
             pb.InferenceResponse(
-                error=triton_error(f"{self.label}: {message}", invalid=is_request_error(exc))
+                error=triton_error(f"{self.label}: {message}", invalid=isinstance(exc, RequestError))
             ),
             flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )

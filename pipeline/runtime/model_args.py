@@ -38,3 +38,17 @@ def eos_ids_in(folder: Path, name: str) -> list[int]:
     except (OSError, ValueError, AttributeError):
         return []
     return [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
+
+
+def triton_error(message: str, invalid: bool):
+    """A TritonError; INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT) for a bad request, else INTERNAL."""
+    import triton_python_backend_utils as pb_utils
+
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if invalid else None
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
+def cancelled(sender) -> bool:
+    """True once the client has cancelled the request (Triton >= 2.40 tells the python backend)."""
+    check = getattr(sender, "is_cancelled", None)
+    return bool(check and check())
