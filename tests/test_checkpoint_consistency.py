@@ -160,6 +160,24 @@ def test_a_tokenizer_larger_than_vocab_size_is_refused(originals, tmp_path, name
     assert "resize_token_embeddings" in msg
 
 
+def test_a_separate_tokenizer_folder_is_checked_too(originals, tmp_path):
+    """model.tokenizer names another folder: that tokenizer is the one checked against vocab_size."""
+    from transformers import AutoTokenizer
+
+    ckpt = copy_of(originals, "mistral-7b-v0.3", tmp_path)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    tok.add_tokens([f"<extra_{i}>" for i in range(5)])
+    tok.save_pretrained(tmp_path / "tok")
+    inspect_checkpoint(ckpt)  # its own tokenizer fits
+    with pytest.raises(LpxError) as err:
+        inspect_checkpoint(ckpt, tokenizer=tmp_path / "tok")
+    vocab = config(ckpt)["vocab_size"]
+    want = f"the tokenizer (model.tokenizer {tmp_path / 'tok' / 'tokenizer.json'}) has {len(tok)} tokens"
+    assert want in err.value.message and f"vocab_size {vocab}" in err.value.message
+    with pytest.raises(LpxError, match="model.tokenizer: no folder at .*holding tokenizer.json"):
+        inspect_checkpoint(ckpt, tokenizer=tmp_path / "missing")
+
+
 def test_a_tokenizer_smaller_than_vocab_size_is_accepted(originals, tmp_path):
     """Padded vocabularies (Qwen2.5: 151936 rows for 151665 tokens) are normal."""
     from safetensors.torch import load_file, save_file

@@ -52,9 +52,16 @@ class CheckpointInfo:
 
 
 def inspect_checkpoint(
-    path: Path, allow_pickle: bool = False, key: str = "model.checkpoint"
+    path: Path, allow_pickle: bool = False, key: str = "model.checkpoint", tokenizer: Path | None = None
 ) -> CheckpointInfo:
+    """Check a checkpoint folder before any work (and its tokenizer: `tokenizer`, the separate folder
+    model.tokenizer names, else the checkpoint's own)."""
     path = Path(path)
+    if tokenizer is not None and not Path(tokenizer).is_dir():
+        raise LpxError(
+            f"model.tokenizer: no folder at {tokenizer} - point it at the folder holding tokenizer.json, "
+            "or remove it to use the checkpoint's own tokenizer"
+        )
     if not path.exists():
         raise LpxError(
             f"{key}: no checkpoint folder at {path} - point {key} at a local Hugging Face checkpoint"
@@ -83,7 +90,7 @@ def inspect_checkpoint(
             f"{key}: {path} has only pickle weights ({pickles[0].name}), which can run arbitrary code when loaded. "
             "Convert them to safetensors, or set model.allow_pickle: true if you trust the source"
         )
-    check_consistency(path, config, safetensors, key)
+    check_consistency(path, config, safetensors, key, tokenizer)
     return CheckpointInfo(path, config, safetensors or pickles, pickle_only)
 
 
@@ -160,7 +167,11 @@ def _special_ids(cfg: dict) -> list[tuple[str, int]]:
 
 
 def check_consistency(
-    path: Path, config: dict, safetensors: list[Path], key: str = "model.checkpoint"
+    path: Path,
+    config: dict,
+    safetensors: list[Path],
+    key: str = "model.checkpoint",
+    tokenizer: Path | None = None,
 ) -> None:
     """Refuse, before any work, a checkpoint whose config.json disagrees with its weights or its tokenizer,
     naming both numbers and the fix (what loading it would otherwise fail on, or silently get wrong)."""
@@ -198,10 +209,11 @@ def check_consistency(
                         f"{source} has {name} {i}, outside the vocabulary (vocab_size {vocab}: ids 0..{vocab - 1}) - "
                         f"set {name} in {source} to the id the tokenizer gives that token"
                     )
-        tok = tokenizer_size(path)
+        tok = tokenizer_size(Path(tokenizer) if tokenizer is not None else path)
         if tok is not None and tok[0] > vocab:
+            where = tok[1] if tokenizer is None else f"model.tokenizer {Path(tokenizer) / tok[1]}"
             problems.append(
-                f"the tokenizer ({tok[1]}) has {tok[0]} tokens but config.json has vocab_size {vocab}, so ids "
+                f"the tokenizer ({where}) has {tok[0]} tokens but config.json has vocab_size {vocab}, so ids "
                 f"{vocab}..{tok[0] - 1} have no embedding - use the tokenizer that belongs to these weights, or "
                 "resize the embeddings (model.resize_token_embeddings) and save the checkpoint again"
             )

@@ -28,7 +28,7 @@ class Context:
         """The source checkpoint, inspected once: (its info, its fingerprint for the keys)."""
         if "checkpoint" not in self._cache:
             m = self.cfg.model
-            info = inspect_checkpoint(m.checkpoint, m.allow_pickle)
+            info = inspect_checkpoint(m.checkpoint, m.allow_pickle, tokenizer=m.tokenizer)
             fp = file_fingerprint(info.path)
             if m.tokenizer:
                 fp = {"checkpoint": fp, "tokenizer": file_fingerprint(m.tokenizer)}
