@@ -86,7 +86,7 @@ def value(request, name):
 
 class TritonPythonModel:
     """Stops at end-of-sequence after max_tokens // 2 tokens unless min_tokens holds it to max_tokens;
-    refuses min_tokens when honour_min_tokens is false, as the torch target does."""
+    refuses min_tokens when honour_min_tokens is false, as a server without min_tokens does."""
 
     def initialize(self, args):
         params = json.loads(args["model_config"])["parameters"]
@@ -101,7 +101,7 @@ class TritonPythonModel:
             n_min = value(request, "min_tokens")
             if n_min is not None and int(n_min) != 0 and not self.honour:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "min_tokens is not supported on the torch target yet - leave it out",
+                    "min_tokens is not supported by this model - leave it out",
                     pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
                 continue
             n = max(n_max // 2, int(n_min or 0))

@@ -144,7 +144,14 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
         engine.generate([5, 6, 7], 6, end_ids=[2], temperature=0.0, **penalised)
         with pytest.raises(LpxError, match="beam_width not supported"):
             engine.submit([5, 6, 7], 6, end_ids=[2], beam_width=4)
-    penalised_call = tensorrt_llm.CALLS[-1][1]
+        penalised_call = tensorrt_llm.CALLS[-1][1]
+        stream = engine.submit([5, 6, 7], 6, end_ids=[2], temperature=0.0, return_log_probs=True)
+        list(stream)
+        logprobs_call = tensorrt_llm.CALLS[-1][1]
+    assert logprobs_call["logprobs"] == 1 and "return_log_probs" not in logprobs_call
+    assert len(stream.logprobs) == len(stream.tokens) >= 1 and all(lp <= 0 for lp in stream.logprobs), (
+        "the sampled tokens' log probs come back from TokenLogprobs"
+    )
     assert {k: penalised_call[k] for k in penalised} == penalised, (
         "the penalties and min_tokens reach SamplingParams"
     )

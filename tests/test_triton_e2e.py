@@ -9,6 +9,7 @@ import math
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers_engine import reference_greedy, running_server
 
@@ -437,6 +438,40 @@ def test_input_counts_and_perf_metrics_come_back_when_asked(server, model: str) 
     times = [one(got[k]) for k in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns")]
     times.append(one(got["last_token_time_ns"]))
     assert 0 < times[0] <= times[1] <= times[2] <= times[3], times
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_penalties_min_tokens_and_log_probs_reach_the_torch_engine(
+    server, torch_engine_dir, model: str
+) -> None:
+    """Through Triton, the same answers as the engine in-process (tests/test_torch_options.py checks those
+    against transformers): repetition penalty and min_tokens change the text as there, and log probs
+    come back as output_log_probs / cum_log_probs (sum within 1e-4 of the per-token ones, float32)."""
+    from transformers import AutoTokenizer
+
+    from pipeline.runtime.engines.torch_engine import TorchEngine
+
+    tok = AutoTokenizer.from_pretrained(torch_engine_dir)
+    ids = tok(PROMPTS[0])["input_ids"]
+    with TorchEngine(torch_engine_dir) as engine:
+        eos = engine.default_end_ids
+        plain = engine.generate(ids, 16, end_ids=eos)
+        penalised = engine.generate(ids, 16, end_ids=eos, repetition_penalty=1.3, min_tokens=16)
+        stream = engine.submit(ids, 16, end_ids=eos, return_log_probs=True)
+        list(stream)
+        logprobs = stream.logprobs
+    assert penalised != plain
+    body = {"text_input": PROMPTS[0], "max_tokens": 16, "stream": False}
+    got = http_generate(server.http_url, model, {**body, "repetition_penalty": 1.3, "min_tokens": 16})
+    assert got["status"] == 200, got
+    out = got["text_output"]
+    assert ("".join(out) if isinstance(out, list) else out) == tok.decode(penalised, skip_special_tokens=True)
+    got = http_generate(server.http_url, model, {**body, "return_log_probs": True})
+    assert got["status"] == 200, got
+    flat = np.array(got["output_log_probs"], dtype=np.float64).reshape(-1)
+    assert np.allclose(flat, logprobs, atol=1e-6, rtol=0), (flat, logprobs)
+    cum = float(np.array(got["cum_log_probs"]).reshape(-1)[0])
+    assert abs(cum - sum(logprobs)) < 1e-4 and cum < 0
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])

@@ -5,8 +5,9 @@ Every input of upstream's `tensorrt_llm` model is declared and validated first (
 unsupported value is INVALID_ARG); the engine gets the prompt, the length, end ids, temperature /
 top_k / top_p / seed and the options in its SUPPORTED -> output_ids [beams, tokens], sequence_length
 [beams], num_output_tokens [1] (generated tokens in this response; input tokens echoed with
-exclude_input_in_output false are not counted), and on the final response num_input_tokens and the
-perf-metric timestamps when asked. Sampling
+exclude_input_in_output false are not counted), with return_log_probs output_log_probs [beams, tokens]
+(of this response's tokens) and cum_log_probs [beams] (of every token so far), and on the final
+response num_input_tokens and the perf-metric timestamps when asked. Sampling
 follows TensorRT-LLM: greedy when temperature is 0, top_k is 1, or neither top_k nor top_p is set.
 
 Each request runs on its own thread over the engine's stream of token deltas (in-flight batching
@@ -41,7 +42,13 @@ ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"])
 # Honoured here for every engine: counts and timestamps the model itself measures.
 MODEL_FEATURES = frozenset({"return_num_input_tokens", "return_perf_metrics"})
 # Engine option -> the request input it comes from (passed to submit() only when the engine honours it)
-ENGINE_OPTIONS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens")
+ENGINE_OPTIONS = (
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_tokens",
+    "return_log_probs",
+)
 
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
 
@@ -250,7 +257,8 @@ class GenerationModel:
                     sender.send(flags=_pb().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 else:
                     echo = job["input_ids"] if not job["exclude_input"] else []
-                    self._send(sender, echo + tokens, True, job, generated=len(tokens))
+                    logprobs = self._logprobs(stream, 0, len(tokens))
+                    self._send(sender, echo + tokens, True, job, generated=len(tokens), logprobs=logprobs)
         except Exception as exc:
             stream.cancel()
             self._fail(sender, exc)
@@ -288,18 +296,37 @@ class GenerationModel:
             pending = tokens[sent:]
             if not ready(self.tokenizer, pending, final):
                 continue  # hold: the last character is not complete yet
-            self._send(sender, pending, final, job)
+            self._send(sender, pending, final, job, logprobs=self._logprobs(stream, sent, len(tokens)))
             sent = len(tokens)
             if final:
                 return
-        self._send(sender, tokens[sent:], True, job)  # the engine ended the stream (cancelled or closed)
+        # the engine ended the stream (cancelled or closed)
+        self._send(sender, tokens[sent:], True, job, logprobs=self._logprobs(stream, sent, len(tokens)))
 
     @staticmethod
-    def _send(sender, tokens: list[int], final: bool, job: dict, generated: int | None = None) -> None:
-        """One response: the tokens, their count, and on the final one what the request asked for
-        (num_input_tokens, the perf-metric timestamps)."""
+    def _logprobs(stream, start: int, end: int) -> tuple[list[float], float] | None:
+        """(log probs of tokens[start:end], their sum over tokens[:end]) if the request asked for them."""
+        if stream.logprobs is None:
+            return None
+        return stream.logprobs[start:end], float(sum(stream.logprobs[:end]))
+
+    @staticmethod
+    def _send(
+        sender,
+        tokens: list[int],
+        final: bool,
+        job: dict,
+        generated: int | None = None,
+        logprobs: tuple[list[float], float] | None = None,
+    ) -> None:
+        """One response: the tokens, their count, (output_log_probs, cum_log_probs) when asked, and on the
+        final one num_input_tokens and the perf-metric timestamps."""
         pb = _pb()
         extra = {}
+        if logprobs is not None:
+            values, total = logprobs
+            extra["output_log_probs"] = np.array(values, dtype=np.float32).reshape(1, 1, len(values))
+            extra["cum_log_probs"] = np.array([[total]], dtype=np.float32)
         if final and job["count_input"]:
             extra["num_input_tokens"] = np.array([[len(job["input_ids"])]], dtype=np.int32)
         if final and job["perf"] is not None:

@@ -18,13 +18,15 @@ DONE = object()  # queue sentinel: the request ended without a final output (can
 class DeltaStream:
     """Token deltas of one request. Iterate it; `finished` turns true with the last delta.
 
-    The engine's thread puts on `queue`: (every token generated so far, finished) tuples, an
-    Exception (raised to the reader), or DONE. `tokens` holds everything read so far."""
+    The engine's thread puts on `queue`: (every token generated so far, finished[, their log probs])
+    tuples, an Exception (raised to the reader), or DONE. `tokens` holds everything read so far, and
+    `logprobs` their log probs when the request asked for them (else None)."""
 
     def __init__(self, request_id: str, on_cancel: Callable[[DeltaStream], None]) -> None:
         self.request_id = request_id
         self.finished = False
         self.tokens: list[int] = []
+        self.logprobs: list[float] | None = None
         self.queue: queue.Queue = queue.Queue()
         self.result: Any = None  # the engine's own handle of the request (llmapi: the result to abort)
         self._on_cancel = on_cancel
@@ -42,7 +44,9 @@ class DeltaStream:
         if isinstance(item, Exception):
             self.finished = True
             raise item
-        generated, done = item
+        generated, done, *logprobs = item
+        if logprobs and self.logprobs is not None:
+            self.logprobs = list(logprobs[0])
         delta = generated[len(self.tokens) :]
         self.tokens = list(generated)
         self.finished = done

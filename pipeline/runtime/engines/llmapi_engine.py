@@ -63,13 +63,28 @@ def sampling_kwargs(temperature: float, top_k: int, top_p: float) -> dict[str, A
     }
 
 
+def token_logprobs(output: Any) -> list[float]:
+    """The sampled tokens' log probs of a CompletionOutput asked with logprobs=1: each entry is a
+    {token id: Logprob} dict (TokenLogprobs) or already a float."""
+    out = []
+    for token, entry in zip(output.token_ids, output.logprobs or [], strict=False):
+        if isinstance(entry, dict):
+            entry = entry.get(token) or next(iter(entry.values()))
+        out.append(float(getattr(entry, "logprob", entry)))
+    return out
+
+
 async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any) -> None:
     """Runs on the engine's loop: feed `stream` from generate_async's streamed results (kept on
     `stream.result` for abort)."""
     try:
         stream.result = llm.generate_async(input_ids, sampling_params=params, streaming=True)
         async for step in stream.result:
-            stream.queue.put((list(step.outputs[0].token_ids), bool(step.finished)))
+            output = step.outputs[0]
+            item = (list(output.token_ids), bool(step.finished))
+            if stream.logprobs is not None:
+                item += (token_logprobs(output),)
+            stream.queue.put(item)
         stream.queue.put(DONE)
     except asyncio.CancelledError:  # the engine is closing
         stream.queue.put(RuntimeError("llmapi engine closed"))
@@ -90,7 +105,10 @@ class LlmApiEngine(Engine):
 
     TARGET = "llmapi"
     # SamplingParams fields of the same name (tests/contracts/trtllm_llmapi_python.json)
-    SUPPORTED = frozenset({"repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens"})
+    # (return_log_probs: SamplingParams.logprobs=1, the sampled token's log prob per output token)
+    SUPPORTED = frozenset(
+        {"repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens", "return_log_probs"}
+    )
 
     def __init__(self, folder: Path) -> None:
         try:
@@ -125,6 +143,8 @@ class LlmApiEngine(Engine):
                 "No end-of-sequence id: send end_id, or put eos_token_id in the checkpoint's "
                 "generation_config.json"
             )
+        options = dict(request.options)
+        want_logprobs = bool(options.pop("return_log_probs", False))
         params = self._sampling(
             max_tokens=request.max_new_tokens,
             end_id=end_ids[0],
@@ -133,7 +153,8 @@ class LlmApiEngine(Engine):
             include_stop_str_in_output=True,
             detokenize=False,
             seed=request.seed,
-            **request.options,
+            **({"logprobs": 1} if want_logprobs else {}),
+            **options,
             **{
                 k: v
                 for k, v in sampling_kwargs(request.temperature, request.top_k, request.top_p).items()
@@ -141,6 +162,8 @@ class LlmApiEngine(Engine):
             },
         )
         stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
+        if want_logprobs:
+            stream.logprobs = []
         asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
         return stream
 

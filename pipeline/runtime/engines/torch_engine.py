@@ -20,6 +20,7 @@ from typing import Any
 
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
+from .torch_processors import OPTION_TYPES, install
 
 META_FILE = "lpx_engine.json"
 META_KEYS = (
@@ -110,6 +111,8 @@ class TorchEngine(Engine):
     """Load an engine dir and serve generation requests through transformers' continuous batching."""
 
     TARGET = "torch"
+    # torch_processors.py: TensorRT-LLM's penalties, min_tokens and log probs, per request
+    SUPPORTED = frozenset(OPTION_TYPES)
 
     def __init__(
         self, engine_dir: Path, device: str | None = None, seed: int = 0, batch_invariant: bool = True
@@ -155,11 +158,17 @@ class TorchEngine(Engine):
             seed=seed,
             # prefix sharing would make a prompt's prefill depend on what ran before it
             allow_block_sharing=not self.batch_invariant,
+            # log probs of the sampled tokens (torch_processors.LogprobTail turns them into LPX's)
+            return_logprobs=True,
+            # LPX's processors keep per-batch state between preparing a batch and running it
+            use_async_batching=False,
+            use_cuda_graph=False,
         )
         self._manager = self.model.init_continuous_batching(
             generation_config=gen_cfg, continuous_batching_config=cb_cfg
         )
         _exact_top1(self._manager)
+        self._logprobs = install(self._manager)
         self._streams: dict[str, DeltaStream] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
@@ -186,11 +195,15 @@ class TorchEngine(Engine):
 
     def start(self, request: Request) -> DeltaStream:
         """Add the request to the running batch. `seed` is accepted for interface parity but sampling uses
-        the engine-wide generator (transformers has no per-request seed)."""
+        the engine-wide generator (transformers has no per-request seed). Options (SUPPORTED) go to LPX's
+        processors (torch_processors.py); with return_log_probs the stream's `logprobs` fill in."""
         bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
+        options = {name: OPTION_TYPES[name](value) for name, value in request.options.items()}
+        if options.get("return_log_probs"):
+            stream.logprobs = []
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
@@ -200,6 +213,7 @@ class TorchEngine(Engine):
             streaming=True,
             eos_token_id=request.end_ids or self.default_end_ids,
             **self.sampling(request.temperature, request.top_k, request.top_p),
+            **options,
         )
         return stream
 
@@ -209,6 +223,7 @@ class TorchEngine(Engine):
             stream = self._streams.pop(request_id, None)
         if stream is not None:
             self._manager.cancel_request(request_id)
+            self._logprobs.forget(request_id)
             stream.queue.put(DONE)
 
     def _dispatch(self) -> None:
@@ -225,11 +240,18 @@ class TorchEngine(Engine):
                 if stream is not None and finished:
                     del self._streams[out.request_id]
             if stream is None:
-                continue
-            if out.error is not None:
-                stream.queue.put(RuntimeError(f"generation failed: {out.error}"))
+                item = None
+            elif out.error is not None:
+                item = RuntimeError(f"generation failed: {out.error}")
+            elif stream.logprobs is not None:
+                logprobs = self._logprobs.take(out.request_id, list(out.logprobs))
+                item = (list(out.generated_tokens), finished, logprobs)
             else:
-                stream.queue.put((list(out.generated_tokens), finished))
+                item = (list(out.generated_tokens), finished)
+            if finished:
+                self._logprobs.forget(out.request_id)
+            if item is not None:
+                stream.queue.put(item)
 
     def _fail_all(self, error: Exception) -> None:
         with self._lock:

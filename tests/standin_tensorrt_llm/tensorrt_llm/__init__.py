@@ -8,7 +8,9 @@ every SamplingParams field must exist, generate_async takes its documented keywo
 with an asyncio loop running in the calling thread (as the real one asserts), token-id prompts must be
 non-empty lists of Python ints, and skip_tokenizer_init requires an explicit end_id. It is not a
 TensorRT-LLM: behind the interface it runs transformers' model on the checkpoint folder one token at a
-time (greedy for top_k 1, seeded sampling otherwise), one request at a time.
+time (greedy for top_k 1, seeded sampling otherwise), one request at a time. With `logprobs` it
+returns TokenLogprobs ({token id: Logprob} per output token, of the temperature-scaled distribution);
+penalties and min_tokens are accepted and not applied.
 """
 
 from __future__ import annotations
@@ -62,9 +64,16 @@ class SamplingParams:
 
 
 @dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+
+
+@dataclass
 class CompletionOutput:
     index: int = 0
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
     finish_reason: str | None = None
     text: str = ""
 
@@ -94,8 +103,9 @@ class RequestOutput:
         item = await self._queue.get()
         if isinstance(item, Exception):
             raise item
-        tokens, reason = item
+        tokens, logprobs, reason = item
         self.outputs[0].token_ids = tokens
+        self.outputs[0].logprobs = logprobs
         if reason is not None:
             self.outputs[0].finish_reason = reason
             self.finished = True
@@ -170,6 +180,7 @@ class LLM:
             stops = {params.end_id, *(params.stop_token_ids or [])} - {None}
             gen = torch.Generator().manual_seed(int(params.seed or 0))
             tokens: list[int] = []
+            logprobs: list[dict[int, Logprob]] = []
             reason = None
             with self._lock, torch.no_grad():
                 past, feed = None, torch.tensor([ids])
@@ -181,17 +192,21 @@ class LLM:
                     past, logits = out.past_key_values, out.logits[0, -1].float()
                     token = self._pick(logits, params, gen)
                     tokens.append(token)
+                    if params.logprobs:
+                        scaled = logits / (params.temperature or 1.0)
+                        logprobs.append({token: Logprob(float(torch.log_softmax(scaled, -1)[token]), 1)})
                     if token in stops:
                         reason = "stop"
                         if not params.include_stop_str_in_output and token != params.end_id:
                             tokens.pop()
+                            logprobs = logprobs[: len(tokens)]
                     elif len(tokens) >= params.max_tokens:
                         reason = "length"
                     if streaming or reason is not None:
-                        put((list(tokens), reason))
+                        put((list(tokens), list(logprobs), reason))
                     feed = torch.tensor([[token]])
             if reason == "cancelled":
-                put((list(tokens), reason))
+                put((list(tokens), list(logprobs), reason))
         except Exception as exc:
             put(RuntimeError(f"stand-in generation failed: {exc}"))
 
