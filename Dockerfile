@@ -1,7 +1,7 @@
 # LPX inside NVIDIA's Triton + TensorRT-LLM container.
 #
-# NOT BUILT OR TESTED IN LPX's CI: those machines have no GPU and no access to nvcr.io. Kept
-# deliberately simple. LPX is installed on top of the container's own torch, TensorRT-LLM, ModelOpt
+# NOT BUILT IN LPX's CI: those machines have no GPU, no container daemon and no access to nvcr.io;
+# tests/test_deploy.py lints it (hadolint, checkov). Kept deliberately simple. LPX is installed on top of the container's own torch, TensorRT-LLM, ModelOpt
 # and /opt/tritonserver: plain `pip install .` with the ranges in pyproject.toml, no constraints
 # file and no [triton] extra, and the build fails if pip replaced any of them.
 #
@@ -11,6 +11,8 @@
 #         serve -c /models/lpx.yaml --host 0.0.0.0   (LPX binds 127.0.0.1 unless told otherwise)
 ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
 FROM ${BASE_IMAGE}
+# checkov:skip=CKV_DOCKER_7: the tag is in ARG BASE_IMAGE above (versioned); checkov does not resolve ARGs
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 COPY pyproject.toml README.md /opt/lpx/
 COPY pipeline /opt/lpx/pipeline
@@ -21,12 +23,22 @@ RUN python3 -m pip freeze | grep -iE '^(torch|tensorrt.llm|nvidia-modelopt|trans
  && diff /tmp/before.txt /tmp/after.txt \
  && lpx --version
 
+# sshd: in a LeaderWorkerSet group (an engine spanning nodes) mpirun starts the worker pods' ranks over
+# SSH on port 2222 (pipeline/deploy/k8s.py); unused otherwise.
+# DL3008 (apt version pins) ignored: the base image's Ubuntu archive fixes the version; a pin breaks on every base bump
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openssh-server \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 1000 lpx
-USER lpx
+USER 1000
 ENV LPX_HOME=/home/lpx/.lpx
 WORKDIR /home/lpx
 # The model folder is mounted read-only at /models; all LPX state goes to LPX_HOME.
 VOLUME ["/models", "/home/lpx/.lpx"]
-EXPOSE 8000 8001 8002
+EXPOSE 8000 8001 8002 2222
+# Kubernetes probes Triton's /v2/health/{live,ready} (pipeline/deploy/k8s.py); this is for plain docker run.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=900s \
+  CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v2/health/live', timeout=4)"]
 ENTRYPOINT ["lpx"]
 CMD ["--help"]

@@ -3,11 +3,22 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.lpx-installed
+# checkov, kubernetes-validate and hadolint (lpx deploy's offline checks) in a venv of their own:
+# checkov pins packaging<24, which LPX's environment cannot take. Tests find them in .venv-lint/bin.
+LINT_VENV  := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.lpx-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup lint-tools demo test test-fast lint clean
 
 setup: $(STAMP)
+
+lint-tools: $(LINT_STAMP)
+
+$(LINT_STAMP): constraints/lint.txt
+	$(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip --disable-pip-version-check install --quiet -r constraints/lint.txt
+	@touch $(LINT_STAMP)
 
 # Exact, tested versions from constraints/cpu.txt; the bundled tritonserver comes with the [triton] extra.
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -19,7 +30,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: setup
 	$(BIN)/lpx run
 
-test: setup
+test: setup lint-tools
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -30,4 +41,4 @@ lint: setup
 	$(BIN)/ruff format --check pipeline model_repo tests scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(LINT_VENV) .pytest_cache

@@ -24,6 +24,32 @@ def find_mpirun() -> Path:
     return Path(found)
 
 
+SSH_PORT = 2222  # the workers' SSH server in a LeaderWorkerSet group (pipeline/deploy/k8s.py)
+
+
+def mpi_hosts(world_size: int, env: dict[str, str] | None = None) -> list[str]:
+    """`-H` entries (host:slots) when the ranks span several machines, else []: LPX_MPI_HOSTS
+    ("h1:8,h2:8") as given, or, in a LeaderWorkerSet pod, the group derived from what the controller
+    sets: LWS_LEADER_ADDRESS (<name>-<group>.<name>.<ns>...), LWS_GROUP_SIZE; worker i is
+    <name>-<group>-<i> under the same subdomain. Slots per host: world_size / group size."""
+    env = dict(os.environ if env is None else env)
+    if env.get("LPX_MPI_HOSTS"):
+        return [h.strip() for h in env["LPX_MPI_HOSTS"].split(",") if h.strip()]
+    leader, size = env.get("LWS_LEADER_ADDRESS"), env.get("LWS_GROUP_SIZE")
+    if not leader or not size or int(size) < 2:
+        return []
+    group = int(size)
+    if world_size % group:
+        raise UsageError(
+            f"{world_size} ranks do not split evenly over a group of {group} pods - set "
+            "deploy.gpus_per_node to a divisor of tp_size x pp_size"
+        )
+    first, _, rest = leader.partition(".")
+    slots = world_size // group
+    hosts = [leader] + [f"{first}-{i}.{rest}" if rest else f"{first}-{i}" for i in range(1, group)]
+    return [f"{h}:{slots}" for h in hosts]
+
+
 def rank0_args(
     repo: Path,
     host: str,
@@ -88,6 +114,9 @@ def mpi_command(
     cmd = [str(mpirun or find_mpirun())]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
+    hosts = mpi_hosts(world_size)
+    if hosts:  # ranks on several machines (a LeaderWorkerSet group): started over SSH on SSH_PORT
+        cmd += ["-H", ",".join(hosts), "--mca", "plm_rsh_args", f"-p {SSH_PORT}"]
     for rank in range(world_size):
         prefix = f"{shm_prefix}prefix{rank}_"
         cmd += ["-n", "1", str(binary)]

@@ -1,0 +1,88 @@
+"""`lpx deploy k8s` and `lpx deploy dynamo`: manifests for a variant, written as a kustomize tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import config_option
+
+
+def _config(config_path: Path | None):
+    from ..config import resolve_config
+
+    return resolve_config(config_path)
+
+
+@click.group("deploy")
+def deploy() -> None:
+    """Write deployment manifests (Kubernetes, NVIDIA Dynamo) for one variant. They are generated as data
+    and validated offline; applying them (kubectl apply -k) is yours."""
+
+
+@deploy.command("k8s")
+@config_option
+@click.option("--variant", required=True, help="The variant to deploy.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("deploy/k8s"),
+    show_default=True,
+    help="Folder to write.",
+)
+def k8s(config_path: Path | None, variant: str, out: Path) -> None:
+    """Kubernetes for the engine and torch targets: base/ (Services, PDB, NetworkPolicy, ServiceMonitor,
+    PrometheusRule, HPA) and overlays/<arch>/ (the Deployment, or a LeaderWorkerSet when tp x pp spans
+    nodes) per build.archs. Apply one overlay: kubectl apply -k OUT/overlays/sm90."""
+    from ..deploy import deploy_k8s
+
+    cfg = _config(config_path)
+    written = deploy_k8s(cfg, variant, out)
+    click.echo(f"wrote {len(written)} files under {out}")
+    for arch in cfg.build.archs:
+        click.echo(f"  kubectl apply -k {out / 'overlays' / arch}")
+    click.echo(
+        f"  (first: kubectl -n {cfg.deploy.namespace} create secret generic {cfg.deploy.keys_secret} "
+        "--from-file=keys.json=<lpx keys file>)"
+    )
+
+
+@deploy.command("dynamo")
+@config_option
+@click.option("--variant", required=True, help="The variant to deploy (build.target: llmapi).")
+@click.option("--disagg", is_flag=True, help="Disaggregated prefill and decode workers.")
+@click.option(
+    "--api-version",
+    type=click.Choice(["v1alpha1", "v1beta1"]),
+    default="v1alpha1",
+    show_default=True,
+    help="DynamoGraphDeployment version: v1alpha1 for released operators (<= 1.0.2), v1beta1 for Dynamo's main.",
+)
+@click.option(
+    "--model-path",
+    default=None,
+    help="The checkpoint's path inside the pods (default: the llmapi repository's, under /models).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("deploy/dynamo"),
+    show_default=True,
+    help="Folder to write.",
+)
+def dynamo(
+    config_path: Path | None, variant: str, disagg: bool, api_version: str, model_path: str | None, out: Path
+) -> None:
+    """NVIDIA Dynamo for the llmapi target: a DynamoGraphDeployment (aggregated, or --disagg) and the
+    ConfigMap of its engine args, and the two commands that serve the same on one machine."""
+    from ..deploy import deploy_dynamo
+
+    cfg = _config(config_path)
+    written, commands = deploy_dynamo(
+        cfg, variant, out, disagg=disagg, model_path=model_path, api_version=api_version
+    )
+    click.echo(f"wrote {len(written)} files under {out}; apply: kubectl apply -k {out}")
+    click.echo("on one machine:")
+    for command in commands:
+        click.echo(f"  {command}")

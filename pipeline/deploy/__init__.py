@@ -1,0 +1,96 @@
+"""`lpx deploy`: hand a variant over to the systems that scale it. Manifests are data, validated offline.
+
+  k8s.py      Kubernetes objects (Deployment or LeaderWorkerSet, Services, PDB, NetworkPolicy,
+              ServiceMonitor, PrometheusRule, HPA) for the engine and torch targets
+  dynamo.py   NVIDIA Dynamo's DynamoGraphDeployment (aggregated or disaggregated) for the llmapi target
+  write.py    the kustomize tree on disk, written atomically
+
+No cluster, image registry or container daemon exists where LPX is developed: what is generated here is
+checked against pinned schemas (tests/test_deploy.py), never applied. Applying it is the user's step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..errors import UsageError
+from . import dynamo, k8s
+from .write import file_name, kustomization, write_tree
+
+
+def namespace(cfg: Config) -> dict[str, Any]:
+    """The namespace, labelled for the `restricted` Pod Security Standard the pods meet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": cfg.deploy.namespace,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    }
+
+
+def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
+    """Relative path -> object, for the base and one overlay per arch in build.archs."""
+    cfg.variant(variant)  # a clear error for an unknown name
+    if cfg.build.target == "llmapi":
+        raise UsageError(
+            "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
+            "'lpx deploy dynamo' (or build.target engine / torch for Kubernetes with Triton)"
+        )
+    base = [namespace(cfg), *k8s.base_objects(cfg, variant)]
+    files: dict[str, dict[str, Any]] = {f"base/{file_name(o)}": o for o in base}
+    files["base/kustomization.yaml"] = kustomization(
+        [file_name(o) for o in base], namespace=cfg.deploy.namespace
+    )
+    for arch in cfg.build.archs:
+        workload = k8s.workload(cfg, variant, arch)
+        files[f"overlays/{arch}/{file_name(workload)}"] = workload
+        files[f"overlays/{arch}/kustomization.yaml"] = kustomization(
+            ["../../base", file_name(workload)], namespace=cfg.deploy.namespace
+        )
+    return files
+
+
+def deploy_k8s(cfg: Config, variant: str, out: Path) -> list[Path]:
+    return write_tree(out, k8s_files(cfg, variant))
+
+
+def deploy_dynamo(
+    cfg: Config,
+    variant: str,
+    out: Path,
+    disagg: bool = False,
+    model_path: str | None = None,
+    api_version: str = "v1alpha1",
+) -> tuple[list[Path], list[str]]:
+    """The DynamoGraphDeployment tree (+ the engine args as files, for the local commands); returns the
+    written files and the two commands that serve the same on one machine."""
+    import yaml
+
+    objects = dynamo.dynamo_objects(
+        cfg, variant, disagg=disagg, model_path=model_path, api_version=api_version
+    )
+    files: dict = {file_name(o): o for o in objects}
+    files["kustomization.yaml"] = kustomization(
+        [file_name(o) for o in objects], namespace=cfg.deploy.namespace
+    )
+    config_map = objects[0]
+    written = write_tree(out, files)
+    engine = Path(out) / "engine"
+    engine.mkdir(exist_ok=True)
+    for name, text in config_map["data"].items():
+        (engine / name).write_text(text, encoding="utf-8")
+        written.append(engine / name)
+    if disagg:
+        (engine / "worker.yaml").write_text(
+            yaml.safe_dump(dynamo.engine_args(cfg, variant, "worker"), sort_keys=False), encoding="utf-8"
+        )
+        written.append(engine / "worker.yaml")
+    local = model_path if model_path and not model_path.startswith(k8s.MODELS_MOUNT) else None
+    return written, dynamo.local_commands(cfg, variant, engine.resolve(), local)
