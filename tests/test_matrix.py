@@ -111,7 +111,8 @@ def test_cell_config_narrows_archs(cfg_path: Path, tmp_path: Path) -> None:
 def test_workflow_parses_and_uses_scripts() -> None:
     text = WORKFLOW.read_text()
     data = yaml.safe_load(text)
-    assert set(data["jobs"]) == {"plan", "quantize", "build", "package"}
+    assert set(data["jobs"]) == {"plan", "quantize", "build", "package", "deploy", "images"}
+    assert "lpx deploy k8s" in text and "kubernetes-validate --strict" in text
     assert "needs.plan.outputs.matrix" in str(data["jobs"]["build"]["strategy"]["matrix"])
     for script in SCRIPTS:
         assert f"scripts/ci/{script.name}" in text

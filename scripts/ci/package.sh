@@ -3,7 +3,8 @@
 #
 # usage: CONFIG=lpx.yaml [IN=ci-in] [OUT=ci-out] [PUBLISH_CMD='cmd'] scripts/ci/package.sh
 #   IN holds the quantize-*.tgz and engine-*.tgz of the other jobs. Writes $OUT/lpx-repos.tgz:
-#   the repository artifacts plus every manifest.json (checkpoints, evals, engines), relative to LPX_HOME.
+#   the repository artifacts plus every manifest.json (checkpoints, evals, engines), relative to LPX_HOME,
+#   and lpx-repos.tgz.sha256 (deploy.repository.sha256 for pods that fetch it; `lpx serve --repo` serves it unpacked).
 #   PUBLISH HOOK: nothing is uploaded unless PUBLISH_CMD is set; it then runs as `$PUBLISH_CMD <tarball>`.
 set -euo pipefail
 shopt -s nullglob  # the torch target has no engine-*.tgz
@@ -32,7 +33,10 @@ done < "$work/cells"
   > "$work/files"
 tarball="$OUT/lpx-repos.tgz"
 tar -czf "$tarball" -C "$home" -T "$work/files"
+# the checksum lpx.yaml's deploy.repository.sha256 wants when pods fetch this tarball
+(cd "$OUT" && sha256sum lpx-repos.tgz > lpx-repos.tgz.sha256)
 echo "$tarball"
+cat "$tarball.sha256"
 
 if [[ -n "${PUBLISH_CMD:-}" ]]; then  # --- publish hook: off by default, never a network call of ours ---
   bash -c "$PUBLISH_CMD \"\$1\"" publish "$tarball"
