@@ -40,3 +40,13 @@ def torch_engine_dir(tmp_path_factory):
     from helpers_engine import session_engine_dir
 
     return session_engine_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def torch_engine(torch_engine_dir):
+    """A running TorchEngine on the session's engine dir, one per test module."""
+    from pipeline.runtime.engines.torch_engine import TorchEngine
+
+    eng = TorchEngine(torch_engine_dir)
+    yield eng
+    eng.close()

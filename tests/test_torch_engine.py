@@ -18,10 +18,8 @@ PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "
 
 
 @pytest.fixture(scope="module")
-def engine(torch_engine_dir: Path):
-    eng = TorchEngine(torch_engine_dir)
-    yield eng
-    eng.close()
+def engine(torch_engine):
+    return torch_engine
 
 
 @pytest.fixture(scope="module")

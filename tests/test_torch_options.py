@@ -40,10 +40,8 @@ class PresenceFrequency:
 
 
 @pytest.fixture(scope="module")
-def engine(torch_engine_dir: Path):
-    eng = TorchEngine(torch_engine_dir)
-    yield eng
-    eng.close()
+def engine(torch_engine):
+    return torch_engine
 
 
 @pytest.fixture(scope="module")

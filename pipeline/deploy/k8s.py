@@ -90,6 +90,10 @@ def meta(cfg: Config, variant: str, name: str, skips: tuple[str, ...] = ()) -> d
     return m
 
 
+def resource(api: str, kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "metadata": metadata, "spec": spec}
+
+
 def _security() -> dict[str, Any]:
     return {
         "allowPrivilegeEscalation": False,
@@ -266,11 +270,11 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
 
 def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     name = app_name(cfg, variant)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(cfg, variant, name, POD_SKIPS),
-        "spec": {
+    return resource(
+        "apps/v1",
+        "Deployment",
+        meta(cfg, variant, name, POD_SKIPS),
+        {
             "replicas": cfg.deploy.replicas,
             "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             # one new pod at a time, none removed before it is ready: GPUs are scarce, traffic continuous
@@ -280,7 +284,7 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
                 "spec": pod_spec(cfg, variant, arch, world_size(cfg)),
             },
         },
-    }
+    )
 
 
 def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
@@ -307,11 +311,11 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     rank["ports"] = [{"name": "ssh", "containerPort": 2222}]
     rank["readinessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 10}
     rank["livenessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 20}
-    return {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": meta(cfg, variant, name, POD_SKIPS),
-        "spec": {
+    return resource(
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        meta(cfg, variant, name, POD_SKIPS),
+        {
             "replicas": cfg.deploy.replicas,
             "leaderWorkerTemplate": {
                 "size": world // per_node,
@@ -323,7 +327,7 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
                 },
             },
         },
-    }
+    )
 
 
 def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
@@ -371,11 +375,11 @@ def network_policy(cfg: Config, variant: str) -> dict[str, Any]:
     metrics from the monitoring namespace. Egress is left open (object store, DNS)."""
     name = app_name(cfg, variant)
     port = lambda n: {"protocol": "TCP", "port": PORTS[n]}  # noqa: E731
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": meta(cfg, variant, name),
-        "spec": {
+    return resource(
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        meta(cfg, variant, name),
+        {
             "podSelector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             "policyTypes": ["Ingress"],
             "ingress": [
@@ -395,32 +399,32 @@ def network_policy(cfg: Config, variant: str) -> dict[str, Any]:
                 },
             ],
         },
-    }
+    )
 
 
 def service_monitor(cfg: Config, variant: str) -> dict[str, Any]:
     name = app_name(cfg, variant)
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": meta(cfg, variant, name),
-        "spec": {
+    return resource(
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+        meta(cfg, variant, name),
+        {
             "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             "endpoints": [
                 {"port": "metrics", "path": "/metrics", "interval": "15s"},
                 {"port": "openai", "path": "/metrics", "interval": "15s"},
             ],
         },
-    }
+    )
 
 
 def prometheus_rule(cfg: Config, variant: str) -> dict[str, Any]:
     name = app_name(cfg, variant)
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": meta(cfg, variant, name),
-        "spec": {
+    return resource(
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        meta(cfg, variant, name),
+        {
             "groups": [
                 {
                     "name": f"{name}.autoscaling",
@@ -441,7 +445,7 @@ def prometheus_rule(cfg: Config, variant: str) -> dict[str, Any]:
                 }
             ]
         },
-    }
+    )
 
 
 def autoscaler(cfg: Config, variant: str) -> dict[str, Any]:
@@ -451,11 +455,11 @@ def autoscaler(cfg: Config, variant: str) -> dict[str, Any]:
     a = cfg.deploy.autoscaling
     kind = "LeaderWorkerSet" if world_size(cfg) > cfg.deploy.gpus_per_node else "Deployment"
     api = "leaderworkerset.x-k8s.io/v1" if kind == "LeaderWorkerSet" else "apps/v1"
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": meta(cfg, variant, name),
-        "spec": {
+    return resource(
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+        meta(cfg, variant, name),
+        {
             "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": name},
             "minReplicas": a.min_replicas,
             "maxReplicas": a.max_replicas,
@@ -474,7 +478,7 @@ def autoscaler(cfg: Config, variant: str) -> dict[str, Any]:
             # scale down slowly: a new replica costs an engine load
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
         },
-    }
+    )
 
 
 def base_objects(cfg: Config, variant: str) -> list[dict[str, Any]]:
