@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..stages import STAGES
@@ -131,8 +133,28 @@ repo = _stage_command(
 @force_option
 @skip_gate_option
 @click.option("--host", default=None, help="Address to bind (default: serving.host, 127.0.0.1).")
-def serve(config_path, variants, force, skip_gate, host) -> None:
-    """Serve one variant's repository with tritonserver until Ctrl-C."""
+@click.option(
+    "--repo",
+    "repo_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Serve a packaged repository instead (an unpacked lpx-repos.tgz or one repository folder); "
+    "no config needed, the repository built for this GPU is chosen.",
+)
+@click.option("--model", "model_name", default=None, help="With --repo: the model, when it holds several.")
+@click.option("--no-gateway", is_flag=True, help="Serve Triton alone, without the OpenAI gateway.")
+def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, no_gateway) -> None:
+    """Serve one variant's repository with tritonserver (and the OpenAI gateway) until Ctrl-C."""
+    if repo_dir is not None:
+        from ..errors import UsageError
+        from ..stages.serve.packaged import serve_packaged
+
+        if config_path is not None or len(variants) > 1:
+            raise UsageError(
+                "--repo serves a packaged repository without a config: drop -c, give one --variant"
+            )
+        serve_packaged(repo_dir, variants[0] if variants else None, model_name, host, gateway=not no_gateway)
+        return
     _run(
         config_path,
         variants,

@@ -57,11 +57,15 @@ def choose_repository(folder: Path, variant: str | None = None, model: str | Non
     if model:
         repos = [r for r in repos if r.manifest.get("model") == model] or _none(folder, "model", model, repos)
     if variant:
-        repos = [r for r in repos if r.manifest.get("variant") == variant] or _none(folder, "variant", variant, repos)
+        repos = [r for r in repos if r.manifest.get("variant") == variant] or _none(
+            folder, "variant", variant, repos
+        )
     variants = sorted({(r.manifest.get("model"), r.manifest.get("variant")) for r in repos})
     if len(variants) > 1:
         names = ", ".join(f"{m}/{v}" for m, v in variants)
-        raise UsageError(f"--repo {folder} holds several variants ({names}) - pick one with --variant (and --model)")
+        raise UsageError(
+            f"--repo {folder} holds several variants ({names}) - pick one with --variant (and --model)"
+        )
     pairs = [(engine_of(r), r) for r in sorted(repos, key=lambda r: -float(r.manifest.get("created", 0)))]
     gpu = None if all(e.manifest.get("arch") == "any" for e, _ in pairs) else detect_gpu()
     return select(pairs, gpu)[1]
@@ -70,3 +74,43 @@ def choose_repository(folder: Path, variant: str | None = None, model: str | Non
 def _none(folder: Path, what: str, name: str, repos: list[Artifact]):
     have = ", ".join(sorted({str(r.manifest.get(what)) for r in repos}))
     raise NotFound(f"--repo {folder} has no {what} '{name}' (it has: {have})")
+
+
+def packaged_config(repo: Artifact, host: str | None, gateway: bool):
+    """The Config a packaged repository is served with: its model and variant names, the target and GPU
+    count its engine was built for, serving defaults (host as asked)."""
+    from ...config import parse_config
+
+    engine = engine_of(repo)
+    target = (engine.manifest.get("inputs") or {}).get("target")
+    if isinstance(target, dict):  # torch and llmapi builds record {"target": ...} among their inputs
+        target = target.get("target")
+    if target not in ("engine", "llmapi", "torch"):
+        target = "engine" if repo.manifest.get("results", {}).get("backend") == "tensorrtllm" else "torch"
+    ranks = len(list(engine.path.glob("rank*.engine"))) if target == "engine" else 1
+    data = {
+        "model": {"name": repo.manifest["model"], "checkpoint": str(repo.path)},
+        "variants": [{"name": repo.manifest["variant"]}],
+        "build": {"target": target, "tp_size": max(ranks, 1)},
+        "serving": {"host": host or "127.0.0.1"},
+    }
+    cfg = parse_config(data, source=f"--repo {repo.path}")
+    if hasattr(cfg.serving, "openai"):
+        cfg.serving.openai.enabled = gateway
+    return cfg
+
+
+def serve_packaged(
+    folder: Path, variant: str | None, model: str | None, host: str | None, gateway: bool
+) -> None:
+    """`lpx serve --repo DIR`: serve the repository built for this GPU until SIGINT/SIGTERM."""
+    from ...progress import Reporter
+    from . import serve_forever_repo
+
+    repo = choose_repository(folder, variant, model)
+    cfg = packaged_config(repo, host, gateway)
+    report = Reporter()
+    report.info(
+        f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"
+    )
+    serve_forever_repo(cfg, repo.manifest["variant"], repo, report)
