@@ -7,6 +7,7 @@ options and calls the layer below; its docstring is its help.
   stages.py    run, quantize, eval, build, repo, serve, generate
   state.py     init, config, artifacts (list, path, gc), path
   tools.py     bench, compare, doctor, matrix, plan
+  keys.py      keys (the OpenAI gateway's API keys)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ COMMANDS = {
     "doctor": "tools:doctor",
     "matrix": "tools:matrix",
     "plan": "tools:plan",
+    "keys": "keys:keys",
 }
 
 
