@@ -156,19 +156,51 @@ def serve(config_path, variants, force, skip_gate, host) -> None:
 @click.option("--top-k", type=int, default=None)
 @click.option("--top-p", type=float, default=None)
 @click.option("--http", "use_http", is_flag=True, help="Use HTTP generate_stream instead of gRPC streaming.")
-def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http) -> None:
+@click.option(
+    "--api",
+    type=click.Choice(["triton", "openai"]),
+    default="triton",
+    show_default=True,
+    help="openai: the OpenAI API of LPX's gateway (or any compatible server); --url is then http://H:P.",
+)
+@click.option("--chat", is_flag=True, help="--api openai: /v1/chat/completions (PROMPT as one user message).")
+@click.option(
+    "--api-key", default=None, help="--api openai: the key (default: $LPX_API_KEY, $OPENAI_API_KEY)."
+)
+def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http, api, chat, api_key) -> None:
     """Stream a completion for PROMPT, printing tokens as they arrive."""
-    from ..client import generate_stream
+    from ..client import generate_stream, openai_stream
     from ..stages.serve import running_server
 
-    if url is None:
-        info = running_server()
-        url = info["http_url"] if use_http else info["grpc_url"]
     params = {
         k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
     }
-    for chunk in generate_stream(
-        url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
-    ):
+    if api == "openai":
+        from ..bench.openai_load import api_key as find_key
+        from ..errors import NotFound
+
+        if url is None:
+            url = running_server().get("openai_url")
+            if not url:
+                raise NotFound(
+                    "The running 'lpx serve' has no OpenAI gateway - enable serving.openai or pass --url"
+                )
+        chunks = openai_stream(
+            url,
+            prompt,
+            max_tokens,
+            model=None if model == "ensemble" else model,
+            chat=chat,
+            api_key=find_key(api_key),
+            **params,
+        )
+    else:
+        if url is None:
+            info = running_server()
+            url = info["http_url"] if use_http else info["grpc_url"]
+        chunks = generate_stream(
+            url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
+        )
+    for chunk in chunks:
         click.echo(chunk.text, nl=False)
     click.echo()
