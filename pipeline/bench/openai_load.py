@@ -2,7 +2,8 @@
 (LPX's gateway, or any other) instead of Triton.
 
 Each request is a streamed /v1/chat/completions (the prompt as one user message) or /v1/completions with
-`stream_options.include_usage`, so the server's usage gives the measured ISL and OSL. TTFT is the first
+`stream_options.include_usage`, so the server's usage gives the measured ISL and OSL, and temperature 0
+(greedy), as the Triton path's requests decode. TTFT is the first
 chunk that carries text; a chunk counts one token on arrival and the last one absorbs the difference
 to usage.completion_tokens (ITL = (E2E - TTFT) / (OSL - 1) needs only the total).
 """
@@ -81,6 +82,7 @@ class OpenAISender:
             "max_tokens": n,
             "stream": True,
             "stream_options": {"include_usage": True},
+            "temperature": 0,  # greedy, as the Triton path's requests (no sampling inputs: greedy there)
         }
         if self.chat:
             body["messages"] = [{"role": "user", "content": text}]

@@ -152,7 +152,7 @@ def serve(config_path, variants, force, skip_gate, host) -> None:
 )
 @click.option("--model", default="ensemble", show_default=True)
 @click.option("--max-tokens", default=64, show_default=True, type=int)
-@click.option("--temperature", type=float, default=None)
+@click.option("--temperature", type=float, default=None, help="Default: greedy.")
 @click.option("--top-k", type=int, default=None)
 @click.option("--top-p", type=float, default=None)
 @click.option("--http", "use_http", is_flag=True, help="Use HTTP generate_stream instead of gRPC streaming.")
@@ -192,7 +192,7 @@ def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http
             model=None if model == "ensemble" else model,
             chat=chat,
             api_key=find_key(api_key),
-            **params,
+            **{"temperature": 0.0, **params},  # greedy unless asked, as the Triton path decodes
         )
     else:
         if url is None:

@@ -33,6 +33,10 @@ TYPES = {  # status -> OpenAI's error type
 }
 
 
+class TooLarge(Exception):
+    """A request body went past the limit while it was read (raised by the middleware's receive)."""
+
+
 class ApiError(Exception):
     """An error answered as `status` with OpenAI's error body; `headers` ride along (Retry-After)."""
 
@@ -120,6 +124,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if isinstance(exc.__cause__, TooLarge):  # FastAPI wraps an error of reading the body in a 400
+            return _noted(request, exc.__cause__.args[0])
         if exc.status_code == 404:
             message = f"No route {request.url.path} - the routes are /v1/models, /v1/completions, /v1/chat/completions, /health/live, /health/ready and /metrics"
             code = "not_found"

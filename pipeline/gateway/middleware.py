@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any
 
-from .errors import ApiError
+from .errors import ApiError, TooLarge
 from .keys import ANONYMOUS, KeyRing
 from .metrics import AccessLog, Metrics
 
@@ -39,10 +39,6 @@ def _header(scope: dict, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
-
-
-class TooLarge(Exception):
-    pass
 
 
 class Gate:
@@ -136,7 +132,7 @@ class Gate:
             if message["type"] == "http.request":
                 seen[0] += len(message.get("body", b""))
                 if seen[0] > self.max_body:
-                    raise TooLarge()
+                    raise TooLarge(self._too_large())
             return message
 
         return wrapped

@@ -70,6 +70,10 @@ def run(settings: GatewaySettings, ready_file: Path | None = None) -> None:
         backlog=4096,
     )
     server = uvicorn.Server(config)
+    # uvicorn restores these after its graceful shutdown and re-raises the signal it caught: a no-op here
+    # makes a drained SIGTERM / SIGINT a clean exit (code 0) instead of death by the signal
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
 
     async def main() -> None:
         task = asyncio.ensure_future(server.serve(sockets=[sock]))

@@ -97,7 +97,8 @@ class Renderer:
                     "model": self.model,
                     "choices": [],
                     "usage": gen.usage(),
-                }
+                },
+                separators=(",", ":"),
             )
         )
 
