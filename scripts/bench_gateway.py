@@ -8,7 +8,9 @@
     transport is measured.
 (b) The gateway's streaming ceiling over that toy: closed-loop streamed /v1/completions at each
     --concurrency level; streamed tokens (the usage each answer reports) per second of CPU the gateway
-    process used (psutil), i.e. tokens per second per gateway CPU core, and per wall second.
+    process used (psutil), i.e. tokens per second per gateway CPU core, and per wall second. Beside it,
+    the floor of any gRPC client on this machine: the same streams read straight from Triton by a bare
+    grpc.aio loop (tokens per second of that client's CPU).
 
 Clients: grpc.aio raw stubs for Triton (as lpx bench does), aiohttp for the gateway (SSE), all in this
 process; the gateway, Triton and this client share the machine's cores.
@@ -159,11 +161,17 @@ def show(title: str, rows: dict) -> None:
         )
 
 
-async def worker(client: GatewayPath, deadline: float, counted: list[int]) -> None:
-    """Streamed answers back to back until `deadline`; adds (tokens, requests) to `counted`."""
-    while time.perf_counter() < deadline:
-        counted[0] += await client.stream_tokens()
-        counted[1] += 1
+async def gather_limited(fn, n: int, concurrency: int) -> list[int]:
+    """`n` calls of `fn` with `concurrency` always in flight (closed loop); their results."""
+    left, out = [n], []
+
+    async def worker() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            out.append(await fn())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return out
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -241,7 +249,7 @@ def part_a(work: Path, rounds: int, warmup: int, tokens: int) -> dict:
     return rows
 
 
-def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int, seconds: float) -> dict:
+def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int, per_level: int) -> dict:
     import psutil
 
     from pipeline.bench.toy import write_toy_repo
@@ -252,69 +260,76 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
     if not (ckpt / "tokenizer.json").is_file():
         write_checkpoint(ckpt)
     repo = write_toy_repo(work / "toy-repo", 0, 0, first_id=300, id_span=200)  # decodable demo-vocabulary ids
-    out: dict = {}
+    ids = [300, 301, 302, 303, 304, 305, 306, 307]
+
+    def engine_inputs(n: int) -> dict[str, np.ndarray]:
+        return {
+            "input_ids": np.array([ids], np.int32),
+            "input_lengths": np.array([[len(ids)]], np.int32),
+            "request_output_len": np.array([[n]], np.int32),
+            "streaming": np.array([[True]]),
+        }
+
+    out: dict = {"ttft": {}, "throughput": []}
     with TritonServer(repo, log_path=work / "toy-triton.log", ready_timeout_s=120) as srv:
         gw = start_gateway(srv.grpc_url, ckpt, work, "toy-gateway")
         proc = psutil.Process(gw.proc.pid)
+
+        async def ttft_part() -> None:
+            paths = {
+                "direct tensorrt_llm": TritonPath(srv.grpc_url, "tensorrt_llm", engine_inputs(4)),
+                "gateway": GatewayPath(
+                    gw.url, {"model": MODEL, "prompt": ids, "max_tokens": 4, "stream": True}
+                ),
+            }
+            try:
+                out["ttft"] = table(await ttfts(paths, rounds, warmup), "direct tensorrt_llm")
+            finally:
+                for p in paths.values():
+                    await p.close()
+
+        async def level_part(level: int) -> dict:
+            n = per_level * level
+            body = {
+                "model": MODEL,
+                "prompt": ids,
+                "max_tokens": tokens,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            client = GatewayPath(gw.url, body)
+            bare = TritonPath(srv.grpc_url, "tensorrt_llm", engine_inputs(tokens))
+            try:
+                await gather_limited(client.stream_tokens, level, level)  # warm-up, not counted
+                cpu0, t0 = proc.cpu_times(), time.perf_counter()
+                counted = sum(await gather_limited(client.stream_tokens, n, level))
+                wall, cpu1 = time.perf_counter() - t0, proc.cpu_times()
+                mine0, b0 = time.process_time(), time.perf_counter()
+                bare_counted = sum(await gather_limited(bare.count_tokens, n, level))
+                bare_cpu, bare_wall = time.process_time() - mine0, time.perf_counter() - b0
+            finally:
+                await client.close()
+                await bare.close()
+            cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+            return {
+                "concurrency": level,
+                "requests": n,
+                "tokens": counted,
+                "wall_s": wall,
+                "gateway_cpu_s": cpu,
+                "tokens_per_gateway_cpu_s": counted / cpu,
+                "tokens_per_wall_s": counted / wall,
+                "gateway_cores_busy": cpu / wall,
+                "bare_grpc_tokens": bare_counted,
+                "bare_grpc_client_cpu_s": bare_cpu,
+                "tokens_per_bare_grpc_cpu_s": bare_counted / bare_cpu,
+                "bare_grpc_tokens_per_wall_s": bare_counted / bare_wall,
+            }
+
         try:
-
-            async def run() -> None:
-                ids = [300, 301, 302, 303, 304, 305, 306, 307]
-                paths = {
-                    "direct tensorrt_llm": TritonPath(
-                        srv.grpc_url,
-                        "tensorrt_llm",
-                        {
-                            "input_ids": np.array([ids], np.int32),
-                            "input_lengths": np.array([[len(ids)]], np.int32),
-                            "request_output_len": np.array([[4]], np.int32),
-                            "streaming": np.array([[True]]),
-                        },
-                    ),
-                    "gateway": GatewayPath(
-                        gw.url, {"model": MODEL, "prompt": ids, "max_tokens": 4, "stream": True}
-                    ),
-                }
-                try:
-                    out["ttft"] = table(await ttfts(paths, rounds, warmup), "direct tensorrt_llm")
-                finally:
-                    for p in paths.values():
-                        await p.close()
-                body = {
-                    "model": MODEL,
-                    "prompt": ids,
-                    "max_tokens": tokens,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                }
-                out["throughput"] = []
-                for level in levels:
-                    client = GatewayPath(gw.url, body)
-                    try:
-                        await asyncio.gather(*(client.stream_tokens() for _ in range(level)))  # warm
-                        counted = [0, 0]
-                        deadline = time.perf_counter() + seconds
-
-                        cpu0, t0 = proc.cpu_times(), time.perf_counter()
-                        await asyncio.gather(*(worker(client, deadline, counted) for _ in range(level)))
-                        wall, cpu1 = time.perf_counter() - t0, proc.cpu_times()
-                    finally:
-                        await client.close()
-                    cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
-                    out["throughput"].append(
-                        {
-                            "concurrency": level,
-                            "requests": counted[1],
-                            "tokens": counted[0],
-                            "wall_s": wall,
-                            "gateway_cpu_s": cpu,
-                            "tokens_per_gateway_cpu_s": counted[0] / cpu if cpu else None,
-                            "tokens_per_wall_s": counted[0] / wall,
-                            "gateway_cores_busy": cpu / wall,
-                        }
-                    )
-
-            asyncio.run(run())
+            asyncio.run(ttft_part())
+            for level in levels:
+                out["throughput"].append(asyncio.run(level_part(level)))
         finally:
             gw.stop()
     show(
@@ -322,15 +337,19 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
         out["ttft"],
     )
     print(
-        f"\n(b) gateway streaming ceiling over the toy: {tokens}-token streamed completions, {seconds:.0f} s per level"
+        f"\n(b) gateway streaming ceiling over the toy: {tokens}-token streamed completions, {per_level} x "
+        "concurrency requests per level. bare gRPC: the same streams read straight from Triton by a grpc.aio "
+        "loop in this process (tokens per second of its CPU): the floor of any gRPC client here"
     )
     print(
-        f"{'concurrency':>11}{'requests':>10}{'tokens':>9}{'tok/gw-CPU-s':>14}{'tok/wall-s':>12}{'gw cores':>10}"
+        f"{'concurrency':>11}{'requests':>10}{'tokens':>9}{'tok/gw-CPU-s':>14}{'tok/wall-s':>12}"
+        f"{'gw cores':>10}{'bare gRPC tok/CPU-s':>21}"
     )
     for r in out["throughput"]:
         print(
             f"{r['concurrency']:>11}{r['requests']:>10}{r['tokens']:>9}{r['tokens_per_gateway_cpu_s']:>14.0f}"
             f"{r['tokens_per_wall_s']:>12.0f}{r['gateway_cores_busy']:>10.2f}"
+            f"{r['tokens_per_bare_grpc_cpu_s']:>21.0f}"
         )
     return out
 
@@ -341,8 +360,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=4, help="output tokens per request in (a)")
     ap.add_argument("--concurrency", default="64,256", help="levels of (b)")
-    ap.add_argument("--stream-tokens", type=int, default=256, help="tokens per streamed answer in (b)")
-    ap.add_argument("--seconds", type=float, default=15.0, help="seconds per level in (b)")
+    ap.add_argument("--stream-tokens", type=int, default=128, help="tokens per streamed answer in (b)")
+    ap.add_argument("--per-level", type=int, default=2, help="(b): requests per level = this x concurrency")
     ap.add_argument("--skip-torch", action="store_true", help="only the toy parts (no engine build)")
     ap.add_argument("--work", type=Path, default=None, help="folder for the servers' files (default: temp)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -355,7 +374,7 @@ def main() -> int:
     if not args.skip_torch:
         report["torch"] = part_a(work, args.rounds, args.warmup, args.tokens)
     levels = [int(x) for x in args.concurrency.split(",") if x]
-    report["toy"] = part_b(work, args.rounds, args.warmup, levels, args.stream_tokens, args.seconds)
+    report["toy"] = part_b(work, args.rounds, args.warmup, levels, args.stream_tokens, args.per_level)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.out}")

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers_engine import running_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 openai = pytest.importorskip("openai")
@@ -28,9 +31,26 @@ CAP = 900  # the gateway's max_tokens_cap here (the engine's is 512): lets promp
 
 
 @dataclass
+class Served:
+    """What the served stack's record (`$LPX_HOME/run/server.json`) says, and the serving process."""
+
+    proc: subprocess.Popen
+    grpc_url: str
+    record: Path
+
+    def triton_pid(self) -> int:
+        import psutil
+
+        return next(
+            p.pid
+            for p in psutil.Process(self.proc.pid).children()
+            if "tritonserver" in " ".join(p.cmdline()) and "pipeline.gateway" not in " ".join(p.cmdline())
+        )
+
+
+@dataclass
 class Stack:
-    triton: object
-    gateway: object
+    triton: Served
     url: str  # the gateway's base URL
     key: str
     key_id: str
@@ -57,53 +77,82 @@ class Stack:
             return c.request(method, f"{self.url}{path}", headers=headers, **kw)
 
 
+# What `lpx serve` runs once the stages are done (pipeline/stages/serve): Triton, the gateway beside it,
+# until SIGTERM; here on a repository written from the test engine
+SERVE = """
+import json, sys
+from pathlib import Path
+from types import SimpleNamespace
+from pipeline.config import parse_config
+from pipeline.progress import Reporter
+from pipeline.stages.serve import serve_forever_repo
+serve_forever_repo(parse_config(json.loads(sys.argv[1])), "fp8", SimpleNamespace(path=Path(sys.argv[2])), Reporter())
+"""
+
+
 @pytest.fixture(scope="module")
 def stack(torch_engine_dir: Path, tmp_path_factory):
+    """`lpx serve`'s Triton + gateway on the demo's torch engine, with three API keys: one plain, one
+    allowed 2 requests per minute, one 30 tokens per minute. The gateway's max_tokens_cap is 900 (the
+    engine's 512), so that prompt + max_tokens can pass max_seq_len 1024."""
     from transformers import AutoTokenizer
 
     from pipeline.config import parse_config
     from pipeline.demo import demo_config_dict
+    from pipeline.errors import LpxError
     from pipeline.gateway.keys import add_key
-    from pipeline.gateway.process import GatewayProcess
-    from pipeline.gateway.settings import GatewaySettings
     from pipeline.stages.repository import write_repository
+    from pipeline.stages.serve.tritonserver import find_tritonserver, log_tail
 
-    root = tmp_path_factory.mktemp("gateway")
-    cfg = parse_config(demo_config_dict(str(root / "unused-checkpoint")))
-    write_repository(root / "repo", torch_engine_dir, cfg)
-    servers = running_server(root / "repo", root)
-    triton = next(servers)
     try:
-        keys = root / "keys.json"
-        main, secret = add_key(keys, "tests")
-        rpm = add_key(keys, "rpm", requests_per_minute=2)[1]
-        tpm = add_key(keys, "tpm", tokens_per_minute=30)[1]
-        tokenizer_dir = root / "repo" / "preprocessing" / "1" / "tokenizer"
-        settings = GatewaySettings(
-            triton_url=triton.grpc_url,
-            tokenizer=tokenizer_dir,
-            model_name=MODEL,
-            port=0,
-            keys_file=keys,
-            access_log=str(root / "access.log"),
-            max_tokens_cap=CAP,
-            max_body_bytes=64 * 1024,
-            drain_timeout_s=20,
+        find_tritonserver()
+    except LpxError as exc:
+        pytest.skip(exc.message)
+    root = tmp_path_factory.mktemp("gateway")
+    data = demo_config_dict(str(root / "unused-checkpoint"))
+    write_repository(root / "repo", torch_engine_dir, parse_config(data))
+    keys = root / "keys.json"
+    main, secret = add_key(keys, "tests")
+    rpm = add_key(keys, "rpm", requests_per_minute=2)[1]
+    tpm = add_key(keys, "tpm", tokens_per_minute=30)[1]
+    data["model"]["name"] = MODEL
+    data["serving"]["max_tokens_cap"] = CAP
+    data["serving"]["openai"] = {
+        "port": 0,
+        "api_keys_file": str(keys),
+        "access_log": str(root / "access.log"),
+        "max_body_bytes": 64 * 1024,
+        "drain_timeout_s": 20,
+    }
+    env = {**os.environ, "LPX_HOME": str(root / "home")}
+    record = root / "home" / "run" / "server.json"
+    log = root / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE, json.dumps(data), str(root / "repo")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        with GatewayProcess(settings, root / "run", root / "gateway.log") as gw:
-            yield Stack(
-                triton,
-                gw,
-                gw.url,
-                secret,
-                main.id,
-                rpm,
-                tpm,
-                AutoTokenizer.from_pretrained(tokenizer_dir),
-                root,
-            )
+    try:
+        deadline = time.monotonic() + 300
+        while not record.is_file():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"lpx serve did not come up:\n{log_tail(log)}")
+            time.sleep(0.2)
+        info = json.loads(record.read_text())
+        served = Served(proc, info["grpc_url"], record)
+        tokenizer = AutoTokenizer.from_pretrained(root / "repo" / "preprocessing" / "1" / "tokenizer")
+        yield Stack(served, info["openai_url"], secret, main.id, rpm, tpm, tokenizer, root)
     finally:
-        servers.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def direct_ids(stack: Stack, ids: list[int], max_tokens: int) -> list[int]:
@@ -346,7 +395,7 @@ def test_chat_refusals_and_malformed_bodies(stack: Stack) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     assert info.value.code == "model_not_found"
-    for raw, words in ((b"{not json", "not valid JSON"), (b"[]", "valid dictionary")):
+    for raw, words in ((b"{not json", "not valid JSON"), (b"[]", "must be a JSON object")):
         resp = stack.http(
             "POST", "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
         )
@@ -401,7 +450,7 @@ def triton_cpu_s(stack: Stack) -> float:
     """CPU seconds used so far by tritonserver and its python stubs (where the torch engine runs)."""
     import psutil
 
-    root = psutil.Process(stack.triton.proc.pid)
+    root = psutil.Process(stack.triton.triton_pid())
     total = 0.0
     for p in [root, *root.children(recursive=True)]:
         try:
@@ -550,30 +599,23 @@ def test_bench_and_generate_speak_openai(stack: Stack, monkeypatch) -> None:
     assert res.exit_code == 1 and "limit of 900" in str(res.exception or res.output)
 
 
-def test_sigterm_drains_streams_then_exits(stack: Stack) -> None:
-    """A second gateway on the same Triton: SIGTERM mid-stream lets the stream finish, refuses new
-    connections, and the process exits 0."""
-    import os
-    import signal
-
-    from pipeline.gateway.process import GatewayProcess
-
-    gw = GatewayProcess(stack.gateway.settings, stack.root / "run2", stack.root / "gateway2.log").start()
-    try:
-        text, _ = expect(stack, prompt_ids(stack, PROMPTS[3]), 40)
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=stack.key, max_retries=0, timeout=120)
-        stream = iter(
-            client.completions.create(
-                model=MODEL, prompt=PROMPTS[3], max_tokens=40, temperature=0, stream=True
-            )
-        )
-        parts = [next(stream).choices[0].text]
-        os.kill(gw.proc.pid, signal.SIGTERM)
-        time.sleep(0.3)
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(f"{gw.url}/health/live", trust_env=False, timeout=5)
-        parts += [c.choices[0].text for c in stream]
-        assert "".join(parts) == text
-        assert gw.proc.wait(timeout=30) == 0
-    finally:
-        gw.stop()
+def test_sigterm_drains_streams_then_stops_triton(stack: Stack) -> None:
+    """Last test of the module: SIGTERM to `lpx serve` mid-stream lets the stream finish through the
+    gateway (which accepts no new connection), then Triton stops and lpx serve exits 0."""
+    prompt = PROMPTS[2]  # a 120-token answer: seconds of streaming on the CPU
+    text, _ = expect(stack, prompt_ids(stack, prompt), 120)
+    client = stack.client()
+    stream = iter(
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=120, temperature=0, stream=True)
+    )
+    parts = [next(stream).choices[0].text]
+    stack.triton.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)  # lpx serve notices within 0.5 s and SIGTERMs the gateway, which stops listening
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{stack.url}/health/live", trust_env=False, timeout=5)
+    parts += [c.choices[0].text for c in stream]
+    assert "".join(parts) == text
+    assert stack.triton.proc.wait(timeout=60) == 0
+    assert not stack.triton.record.exists()
+    log = (stack.root / "serve.log").read_text()
+    assert "draining the gateway's streams" in log and "stopped" in log

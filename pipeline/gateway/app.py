@@ -140,15 +140,27 @@ def create_app(settings: GatewaySettings) -> Any:
             raise model_mismatch(model_id, settings.model_name)
         return model_card()
 
+    # The bodies are validated by pydantic straight from the JSON bytes (one pass, in Rust), which is
+    # measurably quicker per request than FastAPI's typed-body path
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Any:
-        return await generate(gw, body, request, chat=False)
+    async def completions(request: Request) -> Any:
+        return await generate(gw, await _body(request, CompletionRequest), request, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest, request: Request) -> Any:
-        return await generate(gw, body, request, chat=True)
+    async def chat(request: Request) -> Any:
+        return await generate(gw, await _body(request, ChatCompletionRequest), request, chat=True)
 
     return Gate(app, gw.keys, gw.metrics, gw.access, settings.open_routes, settings.max_body_bytes)
+
+
+async def _body(request: Request, model: type) -> Any:
+    from pydantic import ValidationError
+
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        raise errors.from_validation(exc) from None
 
 
 async def generate(
@@ -193,7 +205,7 @@ async def generate(
     except BaseException:
         await _finish(gw, gen, rec, pieces)
         raise
-    return SSEResponse(_events(gw, gen, render, first, pieces, rec), rec)
+    return SSEResponse(gw, gen, render, first, pieces, rec)
 
 
 async def _finish(gw: Gateway, gen: Generation, rec: dict, pieces: Any) -> None:
@@ -213,34 +225,6 @@ async def _finish(gw: Gateway, gen: Generation, rec: dict, pieces: Any) -> None:
             last_token_at=gen.last_token_at,
         )
         await gw.limits.spend(rec.get("key"), rec["key_id"], gen.completion_tokens)
-
-
-async def _events(
-    gw: Gateway, gen: Generation, render: Renderer, first: Piece | None, pieces: Any, rec: dict
-):
-    """The SSE body of a stream (module docstring of responses.py)."""
-    try:
-        head = render.role_chunk() if render.chat else b""
-        offset = 0
-        if first is not None:
-            head += render.chunk(first, offset)
-            offset += len(first.text)
-        if head:
-            yield head
-        try:
-            async for piece in pieces:
-                yield render.chunk(piece, offset)
-                offset += len(piece.text)
-        except ApiError as exc:
-            rec["error"] = exc.message
-            yield render.error_event(exc.body()) + DONE
-            return
-        tail = render.finish_chunk(gen.finish_reason or "stop")
-        if render.include_usage:
-            tail += render.usage_chunk(gen)
-        yield tail + DONE
-    finally:
-        await _finish(gw, gen, rec, pieces)
 
 
 async def _until_disconnect(work: Any, receive: Any) -> bool:
@@ -267,23 +251,33 @@ async def _disconnected(receive: Any) -> None:
 
 
 class SSEResponse(Response):
-    """A server-sent-events answer whose body generator is always closed (engine call cancelled) when
-    the client goes away, also while it waits for the engine's next token."""
+    """A streamed answer (the module docstring of responses.py): written by one coroutine straight from
+    the engine's pieces; when the client goes away - also while the engine has not produced the next
+    token - the coroutine is cancelled, which closes the gRPC call."""
 
-    def __init__(self, body: Any, rec: dict) -> None:
+    def __init__(
+        self, gw: Gateway, gen: Generation, render: Renderer, first: Piece | None, pieces: Any, rec: dict
+    ):
         super().__init__(status_code=200, media_type="text/event-stream")
-        self.body, self.rec = body, rec
+        self.gw, self.gen, self.render, self.first, self.pieces, self.rec = (
+            gw,
+            gen,
+            render,
+            first,
+            pieces,
+            rec,
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        # body chunks go to the server's own send: the framework's wrappers only watch the start
+        raw = self.rec.get("raw_send") or send
 
         async def pump() -> None:
             try:
-                async for chunk in self.body:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await self._write(raw)
             finally:
-                await self.body.aclose()
+                await _finish(self.gw, self.gen, self.rec, self.pieces)
 
         try:
             ended = await _until_disconnect(pump(), receive)
@@ -291,3 +285,24 @@ class SSEResponse(Response):
             ended = False
         if not ended:
             self.rec["disconnected"] = True
+
+    async def _write(self, send: Any) -> None:
+        render, body = self.render, "http.response.body"
+        head, offset = (render.role_chunk() if render.chat else b""), 0
+        if self.first is not None:
+            head += render.chunk(self.first, offset)
+            offset += len(self.first.text)
+        if head:
+            await send({"type": body, "body": head, "more_body": True})
+        try:
+            async for piece in self.pieces:
+                await send({"type": body, "body": render.chunk(piece, offset), "more_body": True})
+                offset += len(piece.text)
+        except ApiError as exc:
+            self.rec["error"] = exc.message
+            await send({"type": body, "body": render.error_event(exc.body()) + DONE, "more_body": False})
+            return
+        tail = render.finish_chunk(self.gen.finish_reason or "stop")
+        if render.include_usage:
+            tail += render.usage_chunk(self.gen)
+        await send({"type": body, "body": tail + DONE, "more_body": False})

@@ -78,8 +78,9 @@ def _field(loc: tuple) -> str | None:
     return ".".join(parts) or None
 
 
-def from_validation(exc: RequestValidationError) -> ApiError:
-    """Pydantic's first complaint about the body as a 400 naming the field (OpenAI answers 400, not 422)."""
+def from_validation(exc: Any) -> ApiError:
+    """Pydantic's (or FastAPI's) first complaint about the body as a 400 naming the field (OpenAI answers
+    400, not 422)."""
     errors = exc.errors()
     if not errors:
         return bad_request("The request body is not valid - send a JSON object")
@@ -91,6 +92,8 @@ def from_validation(exc: RequestValidationError) -> ApiError:
             f"The request body is not valid JSON ({first.get('msg', '')}) - send a JSON object",
             code="invalid_json",
         )
+    if where is None and kind in ("model_type", "dict_type", "model_attributes_type"):
+        return bad_request("The request body must be a JSON object", code="invalid_json")
     if kind == "missing":
         message = f"'{where}' is required"
     elif kind == "extra_forbidden":
@@ -117,6 +120,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> Response:
         return _noted(request, exc)
+
+    @app.exception_handler(TooLarge)
+    async def _too_large(request: Request, exc: TooLarge) -> Response:
+        return _noted(request, exc.args[0])
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:

@@ -65,6 +65,7 @@ class Gate:
             "status": None,
             "stream": None,
         }
+        rec["raw_send"] = send  # streamed body chunks skip the wrappers (app.SSEResponse)
         scope.setdefault("state", {})["lpx"] = rec
         raw_id = rid.encode("latin-1", "replace")
 

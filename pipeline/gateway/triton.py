@@ -26,6 +26,9 @@ CHANNEL_OPTIONS = [
 ]
 
 
+WANTED = ("output_ids", "num_input_tokens", "output_log_probs")
+
+
 class EngineError(Exception):
     """Triton or the engine refused or failed a request; `invalid`: the request's fault (400)."""
 
@@ -167,6 +170,10 @@ class Triton:
                 continue
             req.inputs.add(name=name, datatype=dtype, shape=[1, 1])
             req.raw_input_contents.append(struct.pack(PACK[dtype], value))
+        # only the outputs read here (an engine's other outputs would be sent and parsed for nothing)
+        for name in WANTED:
+            if name in info.outputs and (name != "output_log_probs" or values.get("return_log_probs")):
+                req.outputs.add(name=name)
         # the final flag always comes, also after an engine's empty final response (a cancelled request)
         req.parameters["triton_enable_empty_final_response"].bool_param = True
         return req
@@ -174,13 +181,15 @@ class Triton:
     async def stream(self, req: Any, timeout_s: float | None = None) -> AsyncIterator[Delta]:
         """The responses of one request; leaving the loop early (or being cancelled) cancels the call,
         and so does its deadline (`timeout_s`)."""
+        from grpc.aio import EOF
+
         call = self.stub.ModelStreamInfer(timeout=timeout_s or self.timeout_s)
         finished = False
         try:
             await call.write(req)
             while True:
                 msg = await call.read()
-                if msg is _eof():
+                if msg is EOF:
                     raise EngineError("Triton closed the stream before the final response", invalid=False)
                 if msg.error_message:
                     raise EngineError(msg.error_message, invalid=_invalid(msg.error_message))
@@ -205,12 +214,6 @@ class Triton:
         finally:
             if not finished:
                 call.cancel()
-
-
-def _eof() -> Any:
-    from grpc.aio import EOF
-
-    return EOF
 
 
 def _invalid(message: str) -> bool:
