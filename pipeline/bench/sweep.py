@@ -292,8 +292,12 @@ def measure(
     except ValueError:
         raise LpxError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
     if api == "openai":
-        if url is None:
-            raise UsageError("--api openai measures a running server: pass --url http://HOST:PORT")
+        if url is None:  # the running lpx serve's gateway
+            from ..stages.serve import running_server
+
+            url = running_server().get("openai_url")
+            if not url:
+                raise UsageError("--api openai measures a running server: pass --url http://HOST:PORT")
         from .openai_load import api_key as find_key
         from .openai_load import served_model
 

@@ -39,7 +39,8 @@ from ..facts.trtllm import BUILD_LINES, LINES
     type=click.Choice(["triton", "openai"]),
     default="triton",
     show_default=True,
-    help="openai: measure an OpenAI-compatible server (LPX's gateway or any other) at --url http://H:P.",
+    help="openai: measure an OpenAI-compatible server (LPX's gateway or any other) at --url http://H:P "
+    "(default: the running 'lpx serve''s gateway).",
 )
 @click.option(
     "--endpoint",

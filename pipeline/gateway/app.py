@@ -140,17 +140,27 @@ def create_app(settings: GatewaySettings) -> Any:
             raise model_mismatch(model_id, settings.model_name)
         return model_card()
 
-    # The bodies are validated by pydantic straight from the JSON bytes (one pass, in Rust), which is
-    # measurably quicker per request than FastAPI's typed-body path
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        return await generate(gw, await _body(request, CompletionRequest), request, chat=False)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
-        return await generate(gw, await _body(request, ChatCompletionRequest), request, chat=True)
+    # The two generation routes are plain ASGI endpoints inside FastAPI's router (its middleware and
+    # exception handlers apply) without FastAPI's per-request wrapper, and validate the body with pydantic
+    # straight from the JSON bytes: about a millisecond less per request on a 2-core machine
+    app.router.add_route("/v1/completions", GenerationRoute(gw, CompletionRequest, chat=False), ["POST"])
+    app.router.add_route(
+        "/v1/chat/completions", GenerationRoute(gw, ChatCompletionRequest, chat=True), ["POST"]
+    )
 
     return Gate(app, gw.keys, gw.metrics, gw.access, settings.open_routes, settings.max_body_bytes)
+
+
+class GenerationRoute:
+    """/v1/completions or /v1/chat/completions as an ASGI endpoint."""
+
+    def __init__(self, gw: Gateway, model: type, chat: bool) -> None:
+        self.gw, self.model, self.chat = gw, model, chat
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        request = Request(scope, receive)
+        response = await generate(self.gw, await _body(request, self.model), request, self.chat)
+        await response(scope, receive, send)
 
 
 async def _body(request: Request, model: type) -> Any:
@@ -272,28 +282,30 @@ class SSEResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # body chunks go to the server's own send: the framework's wrappers only watch the start
         raw = self.rec.get("raw_send") or send
+        render, offset = self.render, 0
+        head = render.role_chunk() if render.chat else b""
+        if self.first is not None:
+            head += render.chunk(self.first, offset)
+            offset += len(self.first.text)
 
         async def pump() -> None:
             try:
-                await self._write(raw)
+                await self._write(raw, offset)
             finally:
                 await _finish(self.gw, self.gen, self.rec, self.pieces)
 
         try:
+            if head:  # the first token goes out at once, before the tasks below are started
+                await raw({"type": "http.response.body", "body": head, "more_body": True})
             ended = await _until_disconnect(pump(), receive)
         except OSError:  # the socket closed under a send
             ended = False
         if not ended:
             self.rec["disconnected"] = True
+            await _finish(self.gw, self.gen, self.rec, self.pieces)  # (once: a no-op after pump's)
 
-    async def _write(self, send: Any) -> None:
+    async def _write(self, send: Any, offset: int) -> None:
         render, body = self.render, "http.response.body"
-        head, offset = (render.role_chunk() if render.chat else b""), 0
-        if self.first is not None:
-            head += render.chunk(self.first, offset)
-            offset += len(self.first.text)
-        if head:
-            await send({"type": body, "body": head, "more_body": True})
         try:
             async for piece in self.pieces:
                 await send({"type": body, "body": render.chunk(piece, offset), "more_body": True})
