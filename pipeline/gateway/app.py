@@ -13,6 +13,7 @@ A client that disconnects (a stream or a whole answer) cancels its gRPC call, so
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -68,6 +69,10 @@ class Gateway:
             await self.model_info()
         except ApiError as exc:
             log.warning("%s (will retry on the first request)", exc.message)
+        # The tokenizer's libraries leave a few hundred thousand objects that live as long as the process;
+        # frozen, the collector never walks them again (a full collection of them takes 0.4-0.7 s here)
+        gc.collect()
+        gc.freeze()
 
     async def stop(self) -> None:
         if self.triton is not None:
