@@ -259,3 +259,59 @@ def _sse_chunks(resp: Any, url: str, model: str) -> Iterator[Chunk]:
                 yield Chunk(text, t, list(np.ravel(ids).tolist()) if ids is not None else None)
     except requests.RequestException as e:
         raise LpxError(f"Stream from {url} broke off - {START_HINT}", detail=str(e)) from None
+
+
+# -- OpenAI-compatible servers (LPX's gateway) -------------------------------------------------------
+def openai_stream(
+    url: str,
+    prompt: str,
+    max_tokens: int,
+    model: str | None = None,
+    chat: bool = False,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
+    **params: Any,
+) -> Iterator[Chunk]:
+    """Stream /v1/completions (or /v1/chat/completions with the prompt as one user message) from an
+    OpenAI-compatible server at `url` (http://host:port); LpxError on any error, in the server's words."""
+    import requests
+
+    from .bench.openai_load import base_url, served_model
+
+    base = base_url(url)
+    model = model or served_model(base, api_key)
+    body: dict[str, Any] = {"model": model, "max_tokens": int(max_tokens), "stream": True}
+    body.update({k: v for k, v in params.items() if v is not None})
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    route = "/v1/chat/completions" if chat else "/v1/completions"
+    with requests.Session() as session:
+        session.trust_env = not _loopback(base)
+        try:
+            resp = session.post(
+                base + route, json=body, headers=headers, stream=True, timeout=(10, timeout_s)
+            )
+        except requests.RequestException as e:
+            raise LpxError(f"Cannot reach the OpenAI API at {base} - {START_HINT}", detail=str(e)) from None
+        with resp:
+            if resp.status_code != 200:
+                try:
+                    msg = resp.json()["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    msg = resp.text[:300]
+                raise LpxError(f"The server at {base} refused the request (HTTP {resp.status_code}): {msg}")
+            for line in resp.iter_lines(decode_unicode=False):
+                if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                    continue
+                event = json.loads(line[5:])
+                if "error" in event:
+                    raise LpxError(
+                        f"The server at {base} failed the request: {event['error'].get('message')}"
+                    )
+                for choice in event.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                    if text:
+                        yield Chunk(text, time.perf_counter())

@@ -142,6 +142,44 @@ class Build(Strict):
         return self
 
 
+class OpenAIGateway(Strict):
+    """The OpenAI-compatible gateway `lpx serve` starts beside tritonserver (docs/gateway.md)."""
+
+    enabled: bool = Field(True, description="Start the gateway with 'lpx serve'.")
+    host: str | None = Field(None, description="Address the gateway binds; default serving.host (127.0.0.1).")
+    port: int = Field(9000, ge=0, le=65535, description="0 picks a free port.")
+    model_name: str | None = Field(
+        None, description="The model id clients send and /v1/models lists; default model.name."
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="Hashed API keys ('lpx keys add'); default $LPX_HOME/gateway/keys.json. "
+        "Once it holds a key, every request needs one.",
+    )
+    open_routes: list[str] = Field(
+        default_factory=lambda: ["/health/live", "/health/ready", "/metrics"],
+        description="Routes answered without an API key.",
+    )
+    requests_per_minute: int | None = Field(None, ge=1, description="Per key, unless the key sets its own.")
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="Prompt + completion tokens per key per minute, unless the key sets its own."
+    )
+    rate_limit_storage: str = Field(
+        "memory://",
+        description="The `limits` storage: memory:// for one gateway, redis://HOST:PORT shared by several.",
+    )
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger request bodies get 413.")
+    request_timeout_s: float = Field(600.0, gt=0, description="A request still running then is ended.")
+    drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM, in-flight streams get this long.")
+    access_log: Path | None = Field(
+        None, description="One JSON line per request; default $LPX_HOME/logs/gateway-access.log."
+    )
+    log_prompts: bool = Field(False, description="Put the prompt text in the access log.")
+    chat_template: Path | None = Field(
+        None, description="A Jinja chat template file, for a tokenizer that has none (or to replace it)."
+    )
+
+
 class Serving(Strict):
     host: str = Field("127.0.0.1", description="Address Triton binds. 0.0.0.0 exposes it to the network.")
     http_port: int = Field(8000, ge=0, le=65535, description="0 picks a free port.")
@@ -154,6 +192,7 @@ class Serving(Strict):
         "tokens do not depend on the batch it shares (about 10-30% slower; see the README).",
     )
     ready_timeout_s: float = Field(180.0, gt=0)
+    openai: OpenAIGateway = Field(default_factory=OpenAIGateway)
 
 
 class Autoscaling(Strict):
@@ -292,6 +331,10 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
     cfg.model.tokenizer = res(cfg.model.tokenizer)
     cfg.calibration.data = res(cfg.calibration.data)
     cfg.evaluation.data = res(cfg.evaluation.data)
+    gateway = cfg.serving.openai
+    gateway.api_keys_file = res(gateway.api_keys_file)
+    gateway.access_log = res(gateway.access_log)
+    gateway.chat_template = res(gateway.chat_template)
     return cfg
 
 

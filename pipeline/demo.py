@@ -22,6 +22,12 @@ from .facts.models import DEMO_SHAPE
 DEMO_NAME = "tiny-llama"
 SEED = 1234
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
+# A plain chat template, so the demo answers /v1/chat/completions on the OpenAI gateway as a real
+# instruction-tuned model's tokenizer would (the tiny model was not trained on it: its answers are noise)
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 CHECKPOINT_VERSION = 1  # bump when the recipe below changes
 
 
@@ -52,7 +58,12 @@ def _train_tokenizer(texts: list[str], vocab_size: int):
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, model_max_length=2048
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        model_max_length=2048,
+        chat_template=CHAT_TEMPLATE,
     )
 
 

@@ -33,6 +33,7 @@ COPY = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    "chat_template.jinja",
 )
 _CACHE: dict[str, Path] = {}
 

@@ -52,6 +52,8 @@ class LoadSpec:
     maker: Any = field(default=None, repr=False, compare=False)  # prompts.PromptMaker: exact-length text
     seed: int = 0
     timeout_s: float = 600.0
+    endpoint: str = "chat"  # protocol "openai": "chat" or "completions" (openai_load.py)
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Record:
     isl: int = 0  # input tokens asked for (0: a dataset prompt, no length asked)
     osl: int = 0  # output tokens asked for (max_tokens / request_output_len)
     input_tokens: int | None = None  # input tokens measured: the server's num_input_tokens, else counted
-    input_counted_by: str | None = None  # "num_input_tokens" | "tokenizer" | "input_ids"
+    input_counted_by: str | None = None  # "num_input_tokens" | "tokenizer" | "input_ids" | "usage"
 
 
 @dataclass
@@ -320,15 +322,19 @@ class HttpSender:
         await self.session.close()
 
 
-def _sender(spec: LoadSpec) -> GrpcSender | HttpSender:
+def _sender(spec: LoadSpec) -> Any:
     if spec.protocol == "grpc":
         return GrpcSender(spec)
     if spec.protocol == "http":
         return HttpSender(spec)
-    raise LpxError(f"Unknown protocol {spec.protocol!r} - use 'grpc' or 'http'")
+    if spec.protocol == "openai":
+        from .openai_load import OpenAISender
+
+        return OpenAISender(spec)
+    raise LpxError(f"Unknown protocol {spec.protocol!r} - use 'grpc', 'http' or 'openai'")
 
 
-async def _issue(sender: GrpcSender | HttpSender, req: Any, start: float, rec: Record) -> Record:
+async def _issue(sender: Any, req: Any, start: float, rec: Record) -> Record:
     rec.start = start
     try:
         await sender.send(req, rec)
@@ -426,7 +432,13 @@ def _measure(
     cpu0 = time.process_time()
     records, wall = asyncio.run(fn())
     source = (
-        "output_ids" if spec.model == ENGINE else "num_output_tokens" if spec.count_tokens else "responses"
+        "usage"
+        if spec.protocol == "openai"
+        else "output_ids"
+        if spec.model == ENGINE
+        else "num_output_tokens"
+        if spec.count_tokens
+        else "responses"
     )
     return Run(records, wall, time.process_time() - cpu0, source, load)
 

@@ -63,7 +63,8 @@ def served_repo(url: str) -> Path | None:
         from ..stages.serve import running_server
 
         info = running_server()
-        if port in (_port(info["grpc_url"]), _port(info["http_url"])):
+        served = [info["grpc_url"], info["http_url"], info.get("openai_url") or ""]
+        if port in {_port(u) for u in served if u}:
             return Path(info["repo"])
     except Exception:
         pass

@@ -62,12 +62,17 @@ def bench(
     bar = Reporter()
     results = []
     notes = list(notes or [])
-    declared = model_inputs(spec) or set()
+    declared = (model_inputs(spec) or set()) if spec.protocol != "openai" else set()
     if spec.model != ENGINE and not spec.count_tokens:  # count tokens, not responses, where the model can
         spec.count_tokens = COUNT_INPUT in declared
     spec.count_input = COUNT_PROMPT in declared
     spec.force_output = FORCE_OUTPUT in declared
-    if spec.force_output:
+    if spec.protocol == "openai":
+        notes.append(
+            f"OpenAI API ({spec.endpoint}): ISL and OSL measured from each response's usage; output length "
+            "not forced - requests stop at max_tokens or at end-of-sequence, whichever comes first"
+        )
+    elif spec.force_output:
         tried = probe(spec)
         if tried.error and FORCE_OUTPUT in tried.error:  # declared but not honoured (the torch target)
             spec.force_output = False
@@ -137,7 +142,12 @@ def bench(
             "seed": spec.seed,
             "prompts": prompt_source or {},
             "output_forced": spec.force_output,
-            "input_tokens_from": "num_input_tokens" if spec.count_input else "client",
+            "input_tokens_from": "usage"
+            if spec.protocol == "openai"
+            else "num_input_tokens"
+            if spec.count_input
+            else "client",
+            **({"endpoint": spec.endpoint} if spec.protocol == "openai" else {}),
         },
         "notes": notes,
         "results": results,
@@ -270,6 +280,9 @@ def measure(
     provenance: dict | None = None,
     tokenizer: Path | None = None,
     repo: Path | None = None,
+    api: str = "triton",
+    endpoint: str = "chat",
+    api_key: str | None = None,
     echo=print,
 ) -> dict[str, Any]:
     """What `lpx bench` does: measure the model at `url` (or, without one, the variant LPX builds and serves
@@ -278,6 +291,19 @@ def measure(
         lo, hi = (int(x) for x in vocab.split(","))
     except ValueError:
         raise LpxError(f"Bad --vocab {vocab!r} - use LO,HI such as 100,30000") from None
+    if api == "openai":
+        if url is None:  # the running lpx serve's gateway
+            from ..stages.serve import running_server
+
+            url = running_server().get("openai_url")
+            if not url:
+                raise UsageError("--api openai measures a running server: pass --url http://HOST:PORT")
+        from .openai_load import api_key as find_key
+        from .openai_load import served_model
+
+        protocol, api_key = "openai", find_key(api_key)
+        if model in ("ensemble", "tensorrt_llm_bls", ENGINE):  # Triton's model names: ask the server
+            model = served_model(url, api_key)
     if url is None:
         with served_variant(config_path, variant_ref, protocol) as (url, served):
             return measure(
@@ -334,7 +360,12 @@ def measure(
 
         folder = find_tokenizer(url, tokenizer, repo)
         if folder is not None:
-            maker = PromptMaker.load(folder, **server_tokenization(url, protocol))
+            how = (
+                {"add_special_tokens": True, "chat": endpoint == "chat"}
+                if protocol == "openai"
+                else server_tokenization(url, protocol)
+            )
+            maker = PromptMaker.load(folder, **how)
             source = {"kind": "exact (tokenizer)", **describe(maker)}
         elif not prompts:
             notes.append(NO_TOKENIZER_NOTE.format(url=url, n=input_len))
@@ -353,6 +384,8 @@ def measure(
         seed=seed,
         prompts=prompts,
         maker=maker,
+        endpoint=endpoint,
+        api_key=api_key,
     )
     variant: dict[str, Any] | None = parse_variant(variant_ref) if variant_ref else None
     if artifact is not None:

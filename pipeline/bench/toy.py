@@ -32,6 +32,8 @@ dynamic_batching {{ }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "first_ms" value: {{ string_value: "{first_ms}" }} }}
 parameters {{ key: "every_ms" value: {{ string_value: "{every_ms}" }} }}
+parameters {{ key: "first_id" value: {{ string_value: "{first_id}" }} }}
+parameters {{ key: "id_span" value: {{ string_value: "{id_span}" }} }}
 """
 
 MODEL = """
@@ -52,6 +54,8 @@ class TritonPythonModel:
         params = json.loads(args["model_config"])["parameters"]
         self.first = float(params["first_ms"]["string_value"]) / 1e3
         self.every = float(params["every_ms"]["string_value"]) / 1e3
+        self.first_id = int(params["first_id"]["string_value"])
+        self.span = int(params["id_span"]["string_value"])
         self.heap, self.seq = [], itertools.count()
         self.cv = threading.Condition()
         self.running = True
@@ -82,7 +86,7 @@ class TritonPythonModel:
                 if k + 1 < n:
                     heapq.heappush(self.heap, (start + self.first + (k + 1) * self.every, next(self.seq),
                                                sender, k + 1, n, start))
-            ids = pb_utils.Tensor("output_ids", np.array([[[1000 + k]]], dtype=np.int32))
+            ids = pb_utils.Tensor("output_ids", np.array([[[self.first_id + k % self.span]]], dtype=np.int32))
             length = pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))
             emit = pb_utils.Tensor("emit_ns", np.array([[time.time_ns()]], dtype=np.int64))
             sender.send(pb_utils.InferenceResponse([ids, length, emit]), flags=FINAL if k + 1 == n else 0)
@@ -95,10 +99,15 @@ class TritonPythonModel:
 """
 
 
-def write_toy_repo(root: Path, first_ms: float, every_ms: float) -> Path:
-    """A model repository holding only the fixed-delay `tensorrt_llm`; returns `root`."""
+def write_toy_repo(
+    root: Path, first_ms: float, every_ms: float, first_id: int = 1000, id_span: int = 2**30
+) -> Path:
+    """A model repository holding only the fixed-delay `tensorrt_llm`; returns `root`. The k-th token of a
+    request is first_id + k % id_span (a span inside a tokenizer's vocabulary makes it decodable)."""
     model = Path(root) / "tensorrt_llm"
     (model / "1").mkdir(parents=True, exist_ok=True)
-    (model / "config.pbtxt").write_text(CONFIG.format(first_ms=first_ms, every_ms=every_ms))
+    (model / "config.pbtxt").write_text(
+        CONFIG.format(first_ms=first_ms, every_ms=every_ms, first_id=first_id, id_span=id_span)
+    )
     (model / "1" / "model.py").write_text(MODEL)
     return Path(root)

@@ -8,6 +8,7 @@ options and calls the layer below; its docstring is its help.
   state.py     init, config, artifacts (list, path, gc), path
   tools.py     bench, compare, doctor, matrix, plan
   deploy.py    deploy k8s, deploy dynamo
+  keys.py      keys (the OpenAI gateway's API keys), gateway (the gateway alone, e.g. a sidecar)
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ COMMANDS = {
     "matrix": "tools:matrix",
     "plan": "tools:plan",
     "deploy": "deploy:deploy",
+    "keys": "keys:keys",
+    "gateway": "keys:gateway",
 }
 
 

@@ -19,6 +19,7 @@ def _run(
     skip_gate: bool = False,
     dry_run: bool = False,
     host: str | None = None,
+    gateway: bool = True,
 ) -> None:
     """Run the stages up to `until` and, for `serve`, serve what they built (`smoke`: one completion)."""
     from ..config import resolve_config
@@ -30,6 +31,8 @@ def _run(
     cfg = resolve_config(config_path, report)
     if host:
         cfg.serving.host = host
+    if not gateway:
+        cfg.serving.openai.enabled = False
     selected = cfg.select(variants)
     if until == "serve":
         serve.preflight(cfg)  # no tritonserver or a busy port: refused before quantizing anything
@@ -143,7 +146,12 @@ repo = _stage_command(
 )
 @click.option("--model", "model_name", default=None, help="With --repo: the model, when it holds several.")
 @click.option("--no-gateway", is_flag=True, help="Serve Triton alone, without the OpenAI gateway.")
-def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, no_gateway) -> None:
+@click.option(
+    "--ports",
+    default=None,
+    help="With --repo: HTTP,gRPC,metrics,OpenAI ports (default 8000,8001,8002,9000; 0 picks a free one).",
+)
+def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, no_gateway, ports) -> None:
     """Serve one variant's repository with tritonserver (and the OpenAI gateway) until Ctrl-C."""
     if repo_dir is not None:
         from ..errors import UsageError
@@ -153,7 +161,22 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
             raise UsageError(
                 "--repo serves a packaged repository without a config: drop -c, give one --variant"
             )
-        serve_packaged(repo_dir, variants[0] if variants else None, model_name, host, gateway=not no_gateway)
+        chosen = None
+        if ports:
+            try:
+                chosen = dict(
+                    zip(("http", "grpc", "metrics", "openai"), map(int, ports.split(",")), strict=True)
+                )
+            except ValueError:
+                raise UsageError(f"--ports {ports!r}: give four ports, e.g. 8000,8001,8002,9000") from None
+        serve_packaged(
+            repo_dir,
+            variants[0] if variants else None,
+            model_name,
+            host,
+            gateway=not no_gateway,
+            ports=chosen,
+        )
         return
     _run(
         config_path,
@@ -163,6 +186,7 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
         smoke=False,
         skip_gate=skip_gate,
         host=host,
+        gateway=not no_gateway,
     )
 
 
@@ -174,23 +198,55 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
 )
 @click.option("--model", default="ensemble", show_default=True)
 @click.option("--max-tokens", default=64, show_default=True, type=int)
-@click.option("--temperature", type=float, default=None)
+@click.option("--temperature", type=float, default=None, help="Default: greedy.")
 @click.option("--top-k", type=int, default=None)
 @click.option("--top-p", type=float, default=None)
 @click.option("--http", "use_http", is_flag=True, help="Use HTTP generate_stream instead of gRPC streaming.")
-def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http) -> None:
+@click.option(
+    "--api",
+    type=click.Choice(["triton", "openai"]),
+    default="triton",
+    show_default=True,
+    help="openai: the OpenAI API of LPX's gateway (or any compatible server); --url is then http://H:P.",
+)
+@click.option("--chat", is_flag=True, help="--api openai: /v1/chat/completions (PROMPT as one user message).")
+@click.option(
+    "--api-key", default=None, help="--api openai: the key (default: $LPX_API_KEY, $OPENAI_API_KEY)."
+)
+def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http, api, chat, api_key) -> None:
     """Stream a completion for PROMPT, printing tokens as they arrive."""
-    from ..client import generate_stream
+    from ..client import generate_stream, openai_stream
     from ..stages.serve import running_server
 
-    if url is None:
-        info = running_server()
-        url = info["http_url"] if use_http else info["grpc_url"]
     params = {
         k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
     }
-    for chunk in generate_stream(
-        url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
-    ):
+    if api == "openai":
+        from ..bench.openai_load import api_key as find_key
+        from ..errors import NotFound
+
+        if url is None:
+            url = running_server().get("openai_url")
+            if not url:
+                raise NotFound(
+                    "The running 'lpx serve' has no OpenAI gateway - enable serving.openai or pass --url"
+                )
+        chunks = openai_stream(
+            url,
+            prompt,
+            max_tokens,
+            model=None if model == "ensemble" else model,
+            chat=chat,
+            api_key=find_key(api_key),
+            **{"temperature": 0.0, **params},  # greedy unless asked, as the Triton path decodes
+        )
+    else:
+        if url is None:
+            info = running_server()
+            url = info["http_url"] if use_http else info["grpc_url"]
+        chunks = generate_stream(
+            url, prompt, max_tokens, model=model, protocol="http" if use_http else "grpc", **params
+        )
+    for chunk in chunks:
         click.echo(chunk.text, nl=False)
     click.echo()

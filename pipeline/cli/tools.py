@@ -31,9 +31,27 @@ from ..facts.trtllm import BUILD_LINES, LINES
     default="ensemble",
     show_default=True,
     help="'ensemble' or 'tensorrt_llm_bls' (text prompts of --input-len tokens, counted with the served "
-    "tokenizer) or 'tensorrt_llm' (token ids).",
+    "tokenizer) or 'tensorrt_llm' (token ids); with --api openai the model id (default: the server's first).",
 )
 @click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
+@click.option(
+    "--api",
+    type=click.Choice(["triton", "openai"]),
+    default="triton",
+    show_default=True,
+    help="openai: measure an OpenAI-compatible server (LPX's gateway or any other) at --url http://H:P "
+    "(default: the running 'lpx serve''s gateway).",
+)
+@click.option(
+    "--endpoint",
+    type=click.Choice(["chat", "completions"]),
+    default="chat",
+    show_default=True,
+    help="--api openai: /v1/chat/completions or /v1/completions.",
+)
+@click.option(
+    "--api-key", default=None, help="--api openai: the Bearer key (default: $LPX_API_KEY, $OPENAI_API_KEY)."
+)
 @click.option(
     "--concurrency", default="1,4,16,64", show_default=True, help="Closed-loop levels, comma separated."
 )

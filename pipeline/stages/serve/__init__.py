@@ -6,6 +6,7 @@ serve until stopped (`lpx serve`). Nothing is cached here: serving writes no art
   binary.py        finding tritonserver; the nvidia-pytriton wheel's backends and environment
   ranks.py         the MPI command line for an engine built for several GPUs
   tritonserver.py  the tritonserver child process: ports, readiness, clean stop
+The OpenAI gateway `lpx serve` starts beside Triton is pipeline/gateway/.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.console import Console
 from ...artifacts import Artifact, home
 from ...config import Config
 from ...demo import DEMO_PROMPT
-from ...errors import NotFound, StageFailed, UsageError
+from ...errors import LpxError, NotFound, StageFailed, UsageError
 from ...progress import Reporter
 
 SMOKE_TOKENS = 48
@@ -29,6 +30,16 @@ SMOKE_TOKENS = 48
 def preflight(cfg: Config) -> None:
     """Fail before quantizing anything when serving cannot work: no tritonserver, or a busy port."""
     server(cfg, "preflight", None).preflight()
+    g = cfg.serving.openai
+    if g.enabled and g.port:
+        from .tritonserver import port_free
+
+        host = g.host or cfg.serving.host
+        if not port_free(host, g.port):
+            raise LpxError(
+                f"Port {g.port} on {host} is already in use - stop what holds it or set "
+                "serving.openai.port to another port (0 picks a free one)"
+            )
 
 
 def server(cfg: Config, variant: str, repo: Artifact | None):
@@ -97,36 +108,57 @@ def _record_path() -> Path:
     return home() / "run" / "server.json"
 
 
+def gateway(cfg: Config, triton, repo: Artifact):
+    """The OpenAI gateway (not started) beside a started Triton, on the repository's tokenizer."""
+    from ...gateway.process import GatewayProcess
+    from ...gateway.settings import from_config
+
+    settings = from_config(cfg, triton.grpc_url, repo.path / "preprocessing" / "1" / "tokenizer")
+    return GatewayProcess(
+        settings, home() / "run", home() / "logs" / f"gateway-{cfg.model.name}.log", ready_timeout_s=120
+    )
+
+
 def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Reporter) -> None:
+    """Triton, and the OpenAI gateway beside it (serving.openai.enabled), until SIGINT/SIGTERM; on the
+    signal the gateway drains its streams first (serving.openai.drain_timeout_s), then Triton stops."""
     from .tritonserver import serve_forever
 
     triton = server(cfg, variant, repo)
     with triton:
-        rec = _record_path()
-        rec.parent.mkdir(parents=True, exist_ok=True)
-        rec.write_text(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "grpc_url": triton.grpc_url,
-                    "http_url": triton.http_url,
-                    "metrics_url": triton.metrics_url,
-                    "repo": str(repo.path),
-                    "model": cfg.model.name,
-                    "variant": variant,
-                }
-            )
-        )
-        report.stage(
-            "serve",
-            variant,
-            f"[green]ready[/green]: gRPC {triton.grpc_url}, HTTP {triton.http_url}, "
-            f"metrics {triton.metrics_url} - Ctrl-C to stop",
-        )
+        openai = gateway(cfg, triton, repo).start() if cfg.serving.openai.enabled else None
         try:
-            serve_forever(triton)
+            rec = _record_path()
+            rec.parent.mkdir(parents=True, exist_ok=True)
+            rec.write_text(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "grpc_url": triton.grpc_url,
+                        "http_url": triton.http_url,
+                        "metrics_url": triton.metrics_url,
+                        "openai_url": openai.url if openai else None,
+                        "repo": str(repo.path),
+                        "model": cfg.model.name,
+                        "variant": variant,
+                    }
+                )
+            )
+            extra = f", OpenAI API {openai.url}/v1" if openai else ""
+            report.stage(
+                "serve",
+                variant,
+                f"[green]ready[/green]: gRPC {triton.grpc_url}, HTTP {triton.http_url}, "
+                f"metrics {triton.metrics_url}{extra} - Ctrl-C to stop",
+            )
+            try:
+                serve_forever(triton, also=openai)
+            finally:
+                rec.unlink(missing_ok=True)
         finally:
-            rec.unlink(missing_ok=True)
+            if openai is not None:
+                report.stage("serve", variant, "draining the gateway's streams")
+                openai.stop()
     report.stage("serve", variant, "stopped")
 
 

@@ -76,7 +76,7 @@ def _none(folder: Path, what: str, name: str, repos: list[Artifact]):
     raise NotFound(f"--repo {folder} has no {what} '{name}' (it has: {have})")
 
 
-def packaged_config(repo: Artifact, host: str | None, gateway: bool):
+def packaged_config(repo: Artifact, host: str | None, gateway: bool, ports: dict[str, int] | None = None):
     """The Config a packaged repository is served with: its model and variant names, the target and GPU
     count its engine was built for, serving defaults (host as asked)."""
     from ...config import parse_config
@@ -92,23 +92,32 @@ def packaged_config(repo: Artifact, host: str | None, gateway: bool):
         "model": {"name": repo.manifest["model"], "checkpoint": str(repo.path)},
         "variants": [{"name": repo.manifest["variant"]}],
         "build": {"target": target, "tp_size": max(ranks, 1)},
-        "serving": {"host": host or "127.0.0.1"},
+        "serving": {
+            "host": host or "127.0.0.1",
+            **{f"{k}_port": v for k, v in (ports or {}).items() if k != "openai"},
+        },
     }
     cfg = parse_config(data, source=f"--repo {repo.path}")
-    if hasattr(cfg.serving, "openai"):
-        cfg.serving.openai.enabled = gateway
+    cfg.serving.openai.enabled = gateway
+    if ports and "openai" in ports:
+        cfg.serving.openai.port = ports["openai"]
     return cfg
 
 
 def serve_packaged(
-    folder: Path, variant: str | None, model: str | None, host: str | None, gateway: bool
+    folder: Path,
+    variant: str | None,
+    model: str | None,
+    host: str | None,
+    gateway: bool,
+    ports: dict[str, int] | None = None,
 ) -> None:
     """`lpx serve --repo DIR`: serve the repository built for this GPU until SIGINT/SIGTERM."""
     from ...progress import Reporter
     from . import serve_forever_repo
 
     repo = choose_repository(folder, variant, model)
-    cfg = packaged_config(repo, host, gateway)
+    cfg = packaged_config(repo, host, gateway, ports)
     report = Reporter()
     report.info(
         f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"

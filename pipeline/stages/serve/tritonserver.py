@@ -266,8 +266,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def serve_forever(server: TritonServer, poll_s: float = 0.5) -> None:
-    """Block until SIGINT/SIGTERM (then return) or until Triton dies (then LpxError)."""
+def serve_forever(server: TritonServer, poll_s: float = 0.5, also=None) -> None:
+    """Block until SIGINT/SIGTERM (then return) or until Triton - or `also` (the OpenAI gateway's
+    process, with alive() and log_path) - dies (then LpxError)."""
     stop = threading.Event()
     previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
@@ -280,6 +281,11 @@ def serve_forever(server: TritonServer, poll_s: float = 0.5) -> None:
                 raise StageFailed(
                     f"tritonserver stopped unexpectedly (exit code {code}) - see its log ({server.log_path})",
                     detail=log_tail(server.log_path) if server.log_path else None,
+                )
+            if also is not None and not also.alive():
+                raise StageFailed(
+                    f"The OpenAI gateway stopped unexpectedly - see its log ({also.log_path})",
+                    detail=log_tail(also.log_path),
                 )
             stop.wait(poll_s)
     finally:

@@ -1,0 +1,124 @@
+"""`lpx bench --api openai`: the same load, timelines and metrics against an OpenAI-compatible server
+(LPX's gateway, or any other) instead of Triton.
+
+Each request is a streamed /v1/chat/completions (the prompt as one user message) or /v1/completions with
+`stream_options.include_usage`, so the server's usage gives the measured ISL and OSL, and temperature 0
+(greedy), as the Triton path's requests decode. TTFT is the first
+chunk that carries text; a chunk counts one token on arrival and the last one absorbs the difference
+to usage.completion_tokens (ITL = (E2E - TTFT) / (OSL - 1) needs only the total).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ..errors import LpxError
+
+ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def base_url(url: str) -> str:
+    url = url if url.startswith(("http://", "https://")) else f"http://{url}"
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def api_key(given: str | None) -> str | None:
+    return given or os.environ.get("LPX_API_KEY") or os.environ.get("OPENAI_API_KEY")
+
+
+def served_model(url: str, key: str | None, timeout_s: float = 10.0) -> str:
+    """The first model id GET /v1/models lists."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(f"{base_url(url)}/v1/models", headers=headers, timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise LpxError(
+            f"Cannot reach an OpenAI-compatible server at {url} - is it running?", str(exc)
+        ) from None
+    if resp.status_code != 200:
+        raise LpxError(
+            f"GET {base_url(url)}/v1/models answered {resp.status_code}: {resp.text[:300]} - check --api-key"
+        )
+    data = resp.json().get("data") or []
+    if not data:
+        raise LpxError(f"{url} serves no model - pass --model NAME")
+    return str(data[0]["id"])
+
+
+class OpenAISender:
+    """The load generator's sender (load.py's GrpcSender / HttpSender interface) for OpenAI's API."""
+
+    def __init__(self, spec: Any) -> None:
+        import aiohttp
+
+        self.spec = spec
+        self.chat = spec.endpoint == "chat"
+        self.endpoint = base_url(spec.url) + ROUTES[spec.endpoint]
+        headers = {"Content-Type": "application/json"}
+        if spec.api_key:
+            headers["Authorization"] = f"Bearer {spec.api_key}"
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
+            trust_env=False,
+            connector=aiohttp.TCPConnector(limit=0),
+            headers=headers,
+        )
+
+    def request(self, tensors: dict[str, tuple[str, Any]]) -> bytes:
+        """The body for the text prompt and max_tokens the load drew (text tensors, as for the ensemble)."""
+        text = tensors["text_input"][1].reshape(-1)[0]
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        n = int(tensors["max_tokens"][1].reshape(-1)[0])
+        body: dict[str, Any] = {
+            "model": self.spec.model,
+            "max_tokens": n,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0,  # greedy, as the Triton path's requests (no sampling inputs: greedy there)
+        }
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        return json.dumps(body).encode()
+
+    async def send(self, body: bytes, rec: Any) -> None:
+        rec.sent, rec.sent_ns = time.perf_counter(), time.time_ns()
+        completion = None
+        async with self.session.post(self.endpoint, data=body) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
+            async for line in resp.content:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                t = time.perf_counter()
+                event = json.loads(payload)
+                if "error" in event:
+                    raise RuntimeError(str(event["error"].get("message", event["error"])))
+                usage = event.get("usage")
+                if usage:
+                    rec.input_tokens, rec.input_counted_by = int(usage["prompt_tokens"]), "usage"
+                    completion = int(usage["completion_tokens"])
+                for choice in event.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+                    if text:
+                        rec.times.append(t)
+                        rec.tokens.append(1)
+        if completion is not None and rec.tokens:
+            rec.tokens[-1] += completion - sum(rec.tokens)  # the server's count; may be < 0 on the last
+        elif completion:  # tokens without text (end-of-sequence only): counted, no text timeline
+            rec.tokens, rec.times = [completion], [time.perf_counter()]
+
+    async def close(self) -> None:
+        await self.session.close()

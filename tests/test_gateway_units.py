@@ -1,0 +1,152 @@
+"""The gateway's parts that need no server: stop sequences, incremental decoding of multi-byte text,
+the length rules, API keys and `lpx keys`, and the serving.openai config."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from pipeline.gateway.errors import ApiError
+from pipeline.gateway.generation import max_tokens_for
+from pipeline.gateway.keys import KeyRing, add_key, read_keys, revoke_key
+from pipeline.gateway.text import StopText
+from pipeline.gateway.triton import ModelInfo
+
+
+def feed_all(stops: list[str], pieces: list[str]) -> tuple[list[str], bool]:
+    s = StopText(stops)
+    out = [s.feed(p) for p in pieces]
+    if not s.stopped:
+        out.append(s.flush())
+    return out, s.stopped
+
+
+def test_stop_text_holds_back_what_could_begin_a_stop() -> None:
+    out, stopped = feed_all(["END"], ["hello E", "N", "D and more"])
+    assert out == ["hello ", "", ""] and stopped
+    out, stopped = feed_all(["END"], ["hello E", "N", "O"])  # ENO is not END: the held text goes out
+    assert "".join(out) == "hello ENO" and not stopped and out[:2] == ["hello ", ""]
+    out, stopped = feed_all(["\n\n", "###"], ["a\n", "\nb"])
+    assert out == ["a", ""] and stopped
+    out, stopped = feed_all(["ab", "b"], ["xab"])  # the earliest stop in the text wins
+    assert out == ["x"] and stopped
+    out, _ = feed_all([], ["a", "b"])
+    assert "".join(out) == "ab"
+
+
+def test_detokenizer_never_splits_a_character(tiny_checkpoint) -> None:
+    """The demo tokenizer is byte-level: Chinese and emoji span several tokens; no streamed piece may end
+    inside a character, and the pieces add up to the whole decode."""
+    from pipeline.gateway.text import TextCodec
+
+    codec = TextCodec(tiny_checkpoint)
+    text = "Bread 面包 is 😀🍞 made, ünïcödé."
+    ids = codec.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) > len(text.split()), "multi-byte characters span tokens here"
+    detok = codec.detokenizer()
+    pieces = [detok.feed([t]) for t in ids]
+    pieces.append(detok.finish())
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+    assert sum(1 for p in pieces if p == "") > 0, "some tokens completed no character on their own"
+    # ids that end inside a character: the held bytes come out at the end, as decode shows them
+    cut = next(i for i in range(1, len(ids)) if codec.decode(ids[:i]).endswith("\ufffd"))
+    detok = codec.detokenizer()
+    streamed = "".join(detok.feed([t]) for t in ids[:cut]) + detok.finish()
+    assert streamed == codec.decode(ids[:cut])
+
+
+def test_chat_template_of_the_demo_tokenizer(tiny_checkpoint) -> None:
+    from pipeline.gateway.text import TextCodec
+
+    codec = TextCodec(tiny_checkpoint)
+    ids = codec.encode_chat([{"role": "user", "content": "Hi"}])
+    assert codec.tokenizer.decode(ids) == "<|begin_of_text|>user: Hi\nassistant:"
+
+
+def test_lengths_follow_the_engine() -> None:
+    info = ModelInfo(inputs={}, outputs=set(), max_input_len=512, max_seq_len=1024, max_tokens_cap=512)
+    assert max_tokens_for(None, 100, info, "max_tokens") == 512  # capped
+    assert max_tokens_for(None, 600, ModelInfo({}, set(), 0, 1024, 512), "max_tokens") == 424  # what remains
+    assert max_tokens_for(10, 100, info, "max_tokens") == 10
+    assert max_tokens_for(None, 5, ModelInfo({}, set()), "max_tokens") == 16  # nothing known
+    with pytest.raises(ApiError, match="max_input_len 512"):
+        max_tokens_for(None, 600, info, "max_tokens")
+    with pytest.raises(ApiError, match="limit of 512"):
+        max_tokens_for(513, 10, info, "max_tokens")
+    wide = ModelInfo({}, set(), 512, 1024, 900)
+    with pytest.raises(
+        ApiError, match=r"\(500 tokens\) \+ max_completion_tokens \(600\) = 1100 .* at most 524"
+    ):
+        max_tokens_for(600, 500, wide, "max_completion_tokens")
+
+
+def test_keys_are_hashed_private_and_revocable(tmp_path) -> None:
+    path = tmp_path / "gw" / "keys.json"
+    key, secret = add_key(path, "alice", requests_per_minute=5)
+    assert secret.startswith("lpx-") and len(secret) > 40
+    raw = path.read_text()
+    assert secret not in raw and key.sha256 in raw
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not list(path.parent.glob(".keys-*")), "no temporary file left"
+    ring = KeyRing(path)
+    assert ring.required and ring.find(secret).id == key.id and ring.find(secret + "x") is None
+    other, _ = add_key(path, "bob")
+    assert [k.id for k in read_keys(path)] == [key.id, other.id]
+    revoke_key(path, key.id)
+    ring.reload()
+    assert ring.find(secret) is None and [k.id for k in read_keys(path)] == [other.id]
+
+
+def test_lpx_keys_commands(tmp_path) -> None:
+    path = tmp_path / "keys.json"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["keys", "add", "--name", "ci", "--rpm", "60", "--file", str(path)])
+    assert res.exit_code == 0, res.output
+    secret = res.stdout.strip().splitlines()[0]
+    assert secret.startswith("lpx-") and "only time" in res.stderr
+    listed = runner.invoke(cli, ["keys", "list", "--json", "--file", str(path)])
+    entries = json.loads(listed.stdout)
+    assert entries[0]["name"] == "ci" and entries[0]["requests_per_minute"] == 60
+    assert secret not in listed.output and "sha256" not in listed.output
+    res = runner.invoke(cli, ["keys", "revoke", entries[0]["id"], "--file", str(path)])
+    assert res.exit_code == 0 and "revoked" in res.output
+    res = runner.invoke(cli, ["keys", "revoke", "key-nope", "--file", str(path)])
+    assert res.exit_code != 0 and "No key 'key-nope'" in str(res.exception)
+    path.write_text("{not json")
+    res = runner.invoke(cli, ["keys", "list", "--file", str(path)])
+    assert isinstance(res.exception, Exception) and "not a valid keys file" in str(res.exception)
+
+
+def test_serving_openai_config(tmp_path) -> None:
+    from pipeline.config import parse_config
+    from pipeline.demo import demo_config_dict
+    from pipeline.errors import ConfigError
+    from pipeline.gateway.settings import from_config
+
+    data = demo_config_dict(str(tmp_path / "ckpt"))
+    cfg = parse_config(data, base=tmp_path)
+    assert cfg.serving.openai.enabled and cfg.serving.openai.port == 9000
+    s = from_config(cfg, "127.0.0.1:8001", tmp_path / "tok")
+    assert (
+        s.host == "127.0.0.1"
+        and s.model_name == cfg.model.name
+        and s.max_tokens_cap == cfg.serving.max_tokens_cap
+    )
+    data["serving"]["openai"] = {
+        "port": 70000,
+        "api_keys_file": "keys.json",
+        "rate_limit_storage": "redis://h:6379",
+    }
+    with pytest.raises(ConfigError, match="serving.openai.port"):
+        parse_config(data, base=tmp_path)
+    data["serving"]["openai"]["port"] = 0
+    cfg = parse_config(data, base=tmp_path)
+    assert cfg.serving.openai.api_keys_file == tmp_path / "keys.json"
+    data["serving"]["openai"]["tokens"] = 5
+    with pytest.raises(ConfigError, match="serving.openai.tokens: unknown key"):
+        parse_config(data, base=tmp_path)
