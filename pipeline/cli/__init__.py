@@ -8,6 +8,7 @@ options and calls the layer below; its docstring is its help.
   state.py     init, config, artifacts (list, path, gc), path
   tools.py     bench, compare, doctor, matrix, plan
   deploy.py    deploy k8s, deploy dynamo
+  monitor.py   top, monitoring
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ COMMANDS = {
     "matrix": "tools:matrix",
     "plan": "tools:plan",
     "deploy": "deploy:deploy",
+    "top": "monitor:top",
+    "monitoring": "monitor:monitoring",
 }
 
 
