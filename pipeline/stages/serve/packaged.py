@@ -57,11 +57,15 @@ def choose_repository(folder: Path, variant: str | None = None, model: str | Non
     if model:
         repos = [r for r in repos if r.manifest.get("model") == model] or _none(folder, "model", model, repos)
     if variant:
-        repos = [r for r in repos if r.manifest.get("variant") == variant] or _none(folder, "variant", variant, repos)
+        repos = [r for r in repos if r.manifest.get("variant") == variant] or _none(
+            folder, "variant", variant, repos
+        )
     variants = sorted({(r.manifest.get("model"), r.manifest.get("variant")) for r in repos})
     if len(variants) > 1:
         names = ", ".join(f"{m}/{v}" for m, v in variants)
-        raise UsageError(f"--repo {folder} holds several variants ({names}) - pick one with --variant (and --model)")
+        raise UsageError(
+            f"--repo {folder} holds several variants ({names}) - pick one with --variant (and --model)"
+        )
     pairs = [(engine_of(r), r) for r in sorted(repos, key=lambda r: -float(r.manifest.get("created", 0)))]
     gpu = None if all(e.manifest.get("arch") == "any" for e, _ in pairs) else detect_gpu()
     return select(pairs, gpu)[1]
