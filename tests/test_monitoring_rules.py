@@ -226,3 +226,24 @@ def test_rates_and_quantiles_between_two_reads() -> None:
     assert metrics_url("127.0.0.1:8002") == "http://127.0.0.1:8002/metrics"
     assert metrics_url("http://gw:9000/") == "http://gw:9000/metrics"
     assert metrics_url("http://gw:9000/custom") == "http://gw:9000/custom"
+
+
+def test_top_names_the_fix_when_there_is_nothing_to_read(tmp_path) -> None:
+    """No running lpx serve, or nothing on the port: one message naming the fix, exit code 1."""
+    import socket
+
+    from pipeline.cli import cli
+    from pipeline.errors import NotFound
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    for args, message in (
+        (["--once"], "No running 'lpx serve' found"),
+        (["--url", f"127.0.0.1:{port}", "--once"], "No metrics at"),
+    ):
+        res = CliRunner().invoke(cli, ["top", *args])
+        assert isinstance(res.exception, NotFound) and res.exception.exit_code == 1, res.output
+        assert message in res.exception.message and "--url" in res.exception.message
+    res = CliRunner().invoke(cli, ["top", "--interval", "0", "--url", "x:1"])
+    assert res.exception.exit_code == 2 and "--interval" in res.exception.message
