@@ -97,7 +97,9 @@ def test_iteration_stats_follow_the_batch_and_the_cache(engine: TorchEngine, tok
     """TensorRT-LLM's IterationStats from transformers' scheduler and paged cache: more requests than
     max_batch_size wait, the batch and the used KV blocks grow while they run, and all go back to 0."""
     max_batch = engine.meta["max_batch_size"]
-    before = engine.iteration_stats()
+    deadline = time.monotonic() + 10  # a request an earlier test cancelled leaves at the engine's next step
+    while (before := engine.iteration_stats())["numActiveRequests"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert before["kvCacheStats"]["usedNumBlocks"] == 0 and before["numActiveRequests"] == 0
     ids = tokenizer(PROMPTS[2])["input_ids"]
     streams = [engine.submit(ids * 3, 40, end_ids=[], temperature=0.0) for _ in range(max_batch + 2)]
