@@ -72,6 +72,13 @@ def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     try:
         with opener.open(target, timeout=timeout_s) as resp:
             text = resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise UsageError(
+                f"{target} asks for an API key (HTTP {exc.code}) - list /metrics in the gateway's "
+                "serving.openai.open_routes (the default) or read it from inside the cluster"
+            ) from None
+        raise NotFound(f"{target} answered HTTP {exc.code} - is it a metrics endpoint?") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise NotFound(

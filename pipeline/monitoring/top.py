@@ -183,18 +183,18 @@ def frame(triton_url: str, gateway_url: str | None, interval_s: float, prev=None
 
 def run(triton_url: str, gateway_url: str | None, interval_s: float, once: bool, console) -> None:
     """Render frames until Ctrl-C (one with `once`)."""
-    title = f"lpx top - {triton_url}" + (f" + gateway {gateway_url}" if gateway_url else "")
-    fig, last = frame(triton_url, gateway_url, interval_s)
-    if once:
-        console.print(render(fig, title))
-        return
     from rich.live import Live
 
-    with Live(render(fig, title), console=console, refresh_per_second=4, transient=False) as live:
-        try:
+    title = f"lpx top - {triton_url}" + (f" + gateway {gateway_url}" if gateway_url else "")
+    try:
+        fig, last = frame(triton_url, gateway_url, interval_s)
+        if once:
+            console.print(render(fig, title))
+            return
+        with Live(render(fig, title), console=console, refresh_per_second=4, transient=False) as live:
             while True:
                 time.sleep(interval_s)
                 fig, last = frame(triton_url, gateway_url, interval_s, last)
                 live.update(render(fig, f"{title}   {time.strftime('%H:%M:%S')}"))
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:  # Ctrl-C is how a live view ends
+        pass
