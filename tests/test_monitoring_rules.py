@@ -195,6 +195,11 @@ def test_monitoring_command_thresholds_and_refusals(tmp_path) -> None:
         "expr"
     ].endswith("> 0.8")
     assert alerts["LpxHighErrorRate"]["expr"].endswith(f"> {Thresholds().error_ratio:g}")
+    res = CliRunner().invoke(cli, ["monitoring", "--out", str(out), "--no-autoscaling-rule"])
+    groups = yaml.safe_load((out / "prometheus-rule.yaml").read_text())["spec"]["groups"]
+    assert res.exit_code == 0 and [g["name"] for g in groups] == ["lpx.serving", "lpx.alerts"], (
+        "lpx deploy's PrometheusRule records the queue/compute ratio; the alert on it stays"
+    )
     for args, message in (
         (["--slo", "itl=5ms"], "only ttft has an alert"),
         (["--gpu-memory", "0"], "must be above 0"),

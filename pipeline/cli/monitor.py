@@ -77,7 +77,14 @@ def top(url: str | None, gateway: str | None, interval: float, once: bool) -> No
     default=None,
     help="Alert above this queue/compute time ratio, still rising (2).",
 )
-def monitoring(out: Path, namespace: str, slo, error_ratio, kv_cache, gpu_memory, queue_ratio) -> None:
+@click.option(
+    "--no-autoscaling-rule",
+    is_flag=True,
+    help="Leave out lpx:queue_compute_ratio's recording rule: lpx deploy k8s's PrometheusRule records it.",
+)
+def monitoring(
+    out: Path, namespace: str, slo, error_ratio, kv_cache, gpu_memory, queue_ratio, no_autoscaling_rule
+) -> None:
     """The Grafana dashboard (JSON, and a ConfigMap for Grafana's sidecar) and the Prometheus recording and
     alerting rules (a rule file, and a PrometheusRule), the same for every build target."""
     from dataclasses import replace
@@ -102,5 +109,5 @@ def monitoring(out: Path, namespace: str, slo, error_ratio, kv_cache, gpu_memory
         if value is not None and value <= 0:
             raise UsageError(f"the {name.replace('_', ' ')} threshold must be above 0 (got {value})")
     thresholds = replace(thresholds, **{k: v for k, v in changes.items() if v is not None})
-    for path in write_monitoring(out, thresholds, namespace):
+    for path in write_monitoring(out, thresholds, namespace, autoscaling=not no_autoscaling_rule):
         click.echo(f"wrote {path}")

@@ -3,7 +3,8 @@ thresholds. `lpx monitoring` writes them as a rule file (promtool checks and uni
 PrometheusRule for the Prometheus Operator; docs/monitoring.md has the table.
 
 Three groups: `lpx.autoscaling` records the queue/compute ratio the HPA scales on (the expression lpx
-deploy's PrometheusRule records too: install only one of the two), `lpx.serving` the other recorded
+deploy's PrometheusRule records too: `lpx monitoring --no-autoscaling-rule` leaves it out where that one
+is applied), `lpx.serving` the other recorded
 series, `lpx.alerts` the alerts.
 """
 
@@ -88,11 +89,13 @@ def alerts(t: Thresholds) -> list[dict[str, Any]]:
     ]
 
 
-def rule_groups(t: Thresholds | None = None) -> list[dict[str, Any]]:
-    """The rule groups, as Prometheus's rule file (and a PrometheusRule's spec) spells them."""
+def rule_groups(t: Thresholds | None = None, autoscaling: bool = True) -> list[dict[str, Any]]:
+    """The rule groups, as Prometheus's rule file (and a PrometheusRule's spec) spells them; without
+    `autoscaling` the queue/compute ratio is left to lpx deploy's PrometheusRule, which records it too."""
     t = t or Thresholds()
-    return [
+    groups = [
         {"name": "lpx.autoscaling", "rules": [{"record": QUEUE_RATIO, "expr": QUEUE_RATIO_EXPR}]},
         {"name": "lpx.serving", "rules": [{"record": n, "expr": e} for n, e in q.RECORDS.items()]},
         {"name": "lpx.alerts", "rules": alerts(t)},
     ]
+    return groups if autoscaling else groups[1:]

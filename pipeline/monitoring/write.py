@@ -34,12 +34,12 @@ def configmap(namespace: str, board: str) -> dict:
     }
 
 
-def prometheus_rule(namespace: str, thresholds: Thresholds) -> dict:
+def prometheus_rule(namespace: str, groups: list[dict]) -> dict:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": "lpx-monitoring", "namespace": namespace, "labels": dict(LABELS)},
-        "spec": {"groups": rule_groups(thresholds)},
+        "spec": {"groups": groups},
     }
 
 
@@ -47,9 +47,12 @@ def _yaml(obj: dict) -> str:
     return yaml.safe_dump(obj, sort_keys=False, width=120, allow_unicode=True)
 
 
-def write_monitoring(out: Path, thresholds: Thresholds | None = None, namespace: str = "lpx") -> list[Path]:
-    """Write FILES into `out` (created; files of the same names are replaced); returns their paths."""
-    thresholds = thresholds or Thresholds()
+def write_monitoring(
+    out: Path, thresholds: Thresholds | None = None, namespace: str = "lpx", autoscaling: bool = True
+) -> list[Path]:
+    """Write FILES into `out` (created; files of the same names are replaced); returns their paths.
+    `autoscaling`: with the queue/compute ratio's recording rule (rules.py)."""
+    groups = rule_groups(thresholds or Thresholds(), autoscaling)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file - pass a folder (it is created if missing)")
@@ -58,8 +61,8 @@ def write_monitoring(out: Path, thresholds: Thresholds | None = None, namespace:
     texts = {
         "dashboard.json": board,
         "grafana-dashboard-configmap.yaml": _yaml(configmap(namespace, board)),
-        "prometheus-rules.yml": _yaml({"groups": rule_groups(thresholds)}),
-        "prometheus-rule.yaml": _yaml(prometheus_rule(namespace, thresholds)),
+        "prometheus-rules.yml": _yaml({"groups": groups}),
+        "prometheus-rule.yaml": _yaml(prometheus_rule(namespace, groups)),
     }
     paths = []
     for name in FILES:
