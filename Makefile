@@ -8,12 +8,33 @@ STAMP  := $(VENV)/.lpx-installed
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.lpx-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
+# Prometheus and promtool (tests of `lpx monitoring`'s rules and of a real scrape): Debian's package,
+# fetched with `apt-get download` (no root) and unpacked with `dpkg -x` into .tools/prometheus/.
+# The pinned version is tried first; when Debian has moved on, the current candidate is taken and named.
+PROMETHEUS_DEB   ?= 2.42.0+ds-5+deb12u1
+PROMETHEUS_DIR   := .tools/prometheus
+PROMETHEUS_STAMP := $(PROMETHEUS_DIR)/.lpx-installed
 
-.PHONY: setup lint-tools demo test test-fast lint clean
+.PHONY: setup lint-tools monitoring-tools demo test test-fast lint clean
 
 setup: $(STAMP)
 
 lint-tools: $(LINT_STAMP)
+
+monitoring-tools: $(PROMETHEUS_STAMP)
+
+$(PROMETHEUS_STAMP):
+	@if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then \
+		echo "monitoring-tools needs apt-get and dpkg (Debian, Ubuntu): the Prometheus tests will skip"; \
+	else \
+		set -e; rm -rf $(PROMETHEUS_DIR); mkdir -p $(PROMETHEUS_DIR)/deb; cd $(PROMETHEUS_DIR)/deb; \
+		apt-get download "prometheus=$(PROMETHEUS_DEB)" 2>/dev/null || { \
+			echo "prometheus $(PROMETHEUS_DEB) is gone from the archive: taking the current candidate"; \
+			apt-get download prometheus; }; \
+		cd - >/dev/null; dpkg -x $(PROMETHEUS_DIR)/deb/prometheus_*.deb $(PROMETHEUS_DIR); \
+		rm -rf $(PROMETHEUS_DIR)/deb; $(PROMETHEUS_DIR)/usr/bin/promtool --version | head -1; \
+		touch $(PROMETHEUS_STAMP); \
+	fi
 
 $(LINT_STAMP): constraints/lint.txt
 	$(PYTHON) -m venv $(LINT_VENV)
@@ -30,7 +51,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: setup
 	$(BIN)/lpx run
 
-test: setup lint-tools
+test: setup lint-tools monitoring-tools
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -41,4 +62,4 @@ lint: setup
 	$(BIN)/ruff format --check pipeline model_repo tests scripts
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) .pytest_cache
+	rm -rf $(VENV) $(LINT_VENV) .tools .pytest_cache

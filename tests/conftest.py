@@ -50,3 +50,20 @@ def torch_engine(torch_engine_dir):
     eng = TorchEngine(torch_engine_dir)
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def torch_triton(torch_engine_dir, tmp_path_factory):
+    """A tritonserver on the demo's repository for the torch engine, started once per session and shared by
+    the modules that only send it requests (test_triton_e2e, test_monitoring_live): one start (about 30 s
+    on a CPU) instead of one per module. Skipped without tritonserver."""
+    from helpers_engine import running_server
+
+    from pipeline.config import parse_config
+    from pipeline.demo import demo_config_dict
+    from pipeline.stages.repository import write_repository
+
+    root = tmp_path_factory.mktemp("triton")
+    cfg = parse_config(demo_config_dict(str(root / "unused-checkpoint")))
+    write_repository(root / "repo", torch_engine_dir, cfg)
+    yield from running_server(root / "repo", root)

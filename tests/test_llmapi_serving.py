@@ -148,6 +148,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
         stream = engine.submit([5, 6, 7], 6, end_ids=[2], temperature=0.0, return_log_probs=True)
         list(stream)
         logprobs_call = tensorrt_llm.CALLS[-1][1]
+        stats = engine.iteration_stats()  # drained from LLM.get_stats
     assert logprobs_call["logprobs"] == 1 and "return_log_probs" not in logprobs_call
     assert len(stream.logprobs) == len(stream.tokens) >= 1 and all(lp <= 0 for lp in stream.logprobs), (
         "the sampled tokens' log probs come back from TokenLogprobs"
@@ -157,6 +158,8 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     )
     (kind, init), (_, call) = tensorrt_llm.CALLS[0], tensorrt_llm.CALLS[1]
     assert kind == "LLM" and init["skip_tokenizer_init"] is True
+    assert init["enable_iter_perf_stats"] is True, "LLM.get_stats has iterations for the metrics"
+    assert stats["iter"] > 0 and stats["inflightBatchingStats"]["numScheduledRequests"] == 1, stats
     assert {k: init[k] for k in options} == options and init["model"] == str(engine_dir / "checkpoint")
     assert call["inputs"] == [5, 6, 7] and call["streaming"] is True and call["max_tokens"] == 6
     assert call["end_id"] == 2 and call["stop_token_ids"] == [9] and call["detokenize"] is False
@@ -242,3 +245,31 @@ def test_bad_requests_are_errors_and_the_server_keeps_serving(server, expected) 
         list(generate_stream(server.grpc_url, PROMPTS[0], 100000))
     chunks = list(generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS))
     assert "".join(c.text for c in chunks) == expected[PROMPTS[0]]
+
+
+@pytest.mark.triton
+def test_the_backends_metric_families_come_from_tensorrt_llms_iteration_stats(server, built) -> None:
+    """LLM.get_stats (enable_iter_perf_stats on) feeds the TensorRT-LLM backend's families on Triton's
+    /metrics, the same names and labels the torch target and the C++ backend publish. The stand-in has no
+    paged cache, so its KV-cache blocks stay 0 (a real TensorRT-LLM reports them)."""
+    import time
+
+    from pipeline.client import generate_stream
+    from pipeline.monitoring.scrape import scrape
+    from pipeline.runtime.trtllm_metrics import FAMILIES
+
+    list(generate_stream(server.grpc_url, PROMPTS[1], MAX_TOKENS))
+    time.sleep(0.5)  # a stats period or more
+    metrics = scrape(server.metrics_url)
+    general = "nv_trt_llm_general_metrics"
+    assert (
+        metrics.total(general, model="tensorrt_llm", general_type="iteration_counter") or 0
+    ) >= MAX_TOKENS / 2
+    max_batch = built[0].build.max_batch_size  # maxNumActiveRequests: the LLM's max_batch_size option
+    assert metrics.total("nv_trt_llm_request_metrics", model="tensorrt_llm", request_type="max") == max_batch
+    assert (metrics.total("nv_llm_output_token_len_count", model="tensorrt_llm") or 0) >= 1
+    assert (metrics.total("nv_llm_input_token_len_sum", model="tensorrt_llm") or 0) > 0
+    published = {name for name in metrics.samples if name.startswith(("nv_trt_llm_", "nv_llm_"))}
+    assert {name for name, *_ in FAMILIES} <= {
+        n.removesuffix("_count").removesuffix("_sum") for n in published
+    }

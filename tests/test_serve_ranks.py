@@ -68,6 +68,7 @@ def test_rank0_serves_everything_other_ranks_load_only_the_engine(n: int, host: 
     assert "--model-control-mode=none" in zero and not flag(zero, "load-model")
     assert flag(zero, "http-port") == ["18000"] and flag(zero, "grpc-port") == ["18001"]
     assert flag(zero, "metrics-port") == ["18002"]
+    assert flag(zero, "metrics-config") == ["summary_latencies=true"], "lpx top's end-to-end quantiles"
     for args in blocks:
         assert flag(args, "model-repository") == [str(REPO)]
         assert "--disable-auto-complete-config" in args

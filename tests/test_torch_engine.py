@@ -91,6 +91,42 @@ def test_cancel_ends_stream(engine: TorchEngine, tokenizer) -> None:
     assert 2 <= got < 400 and stream.finished
 
 
+def test_iteration_stats_follow_the_batch_and_the_cache(engine: TorchEngine, tokenizer) -> None:
+    """TensorRT-LLM's IterationStats from transformers' scheduler and paged cache: more requests than
+    max_batch_size wait, the batch and the used KV blocks grow while they run, and all go back to 0."""
+    max_batch = engine.meta["max_batch_size"]
+    deadline = time.monotonic() + 10  # a request an earlier test cancelled leaves at the engine's next step
+    while (before := engine.iteration_stats())["numActiveRequests"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert before["kvCacheStats"]["usedNumBlocks"] == 0 and before["numActiveRequests"] == 0
+    ids = tokenizer(PROMPTS[2])["input_ids"]
+    streams = [engine.submit(ids * 3, 40, end_ids=[], temperature=0.0) for _ in range(max_batch + 2)]
+    seen = [engine.iteration_stats()]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+        seen[-1]["numActiveRequests"] + seen[-1]["numQueuedRequests"] or len(seen) < 3
+    ):
+        time.sleep(0.02)
+        seen.append(engine.iteration_stats())
+    for s in streams:
+        list(s)
+    after = engine.iteration_stats()
+    busy = max(seen, key=lambda st: st["kvCacheStats"]["usedNumBlocks"])
+    kv, batch = busy["kvCacheStats"], busy["inflightBatchingStats"]
+    assert kv["maxNumBlocks"] == kv["usedNumBlocks"] + kv["freeNumBlocks"] and kv["usedNumBlocks"] > 0
+    assert (
+        kv["tokensPerBlock"] == engine.meta["tokens_per_block"] and busy["maxNumActiveRequests"] == max_batch
+    )
+    assert 0 < batch["numScheduledRequests"] <= max_batch
+    assert max(st["numActiveRequests"] for st in seen) == max_batch + 2, "requests beyond the batch wait"
+    assert any(st["inflightBatchingStats"]["numCtxTokens"] >= len(ids) * 3 for st in seen), (
+        "a prompt was seen"
+    )
+    assert after["iter"] > before["iter"] and after["cpuMemUsage"] > 0
+    assert after["numActiveRequests"] == after["kvCacheStats"]["usedNumBlocks"] == 0
+    assert after["inflightBatchingStats"]["numScheduledRequests"] == 0
+
+
 def test_limits_are_clear_errors(engine: TorchEngine) -> None:
     with pytest.raises(LpxError, match="max_input_len"):
         engine.submit([5] * (engine.meta["max_input_len"] + 1), 4)

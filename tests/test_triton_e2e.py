@@ -11,10 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_engine import reference_greedy, running_server
+from helpers_engine import reference_greedy
 
-from pipeline.config import parse_config
-from pipeline.demo import demo_config_dict
 from pipeline.errors import LpxError
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -66,13 +64,8 @@ def raw_stream(url: str, prompt: str, max_tokens: int, **lists: list[str]) -> st
 
 
 @pytest.fixture(scope="module")
-def server(torch_engine_dir: Path, tmp_path_factory):
-    from pipeline.stages.repository import write_repository
-
-    root = tmp_path_factory.mktemp("triton")
-    cfg = parse_config(demo_config_dict(str(root / "unused-checkpoint")))
-    write_repository(root / "repo", torch_engine_dir, cfg)
-    yield from running_server(root / "repo", root)
+def server(torch_triton):
+    return torch_triton  # conftest.py: one server per session, shared with test_monitoring_live
 
 
 @pytest.fixture(scope="module")

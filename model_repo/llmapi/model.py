@@ -11,7 +11,8 @@ the same tensors, sampling rules and streaming behaviour as the torch engine (pi
 so LPX's preprocessing, postprocessing, ensemble and BLS work unchanged. Needs TensorRT-LLM >= 1.2 in
 the serving environment (the TensorRT-LLM Triton container).
 Parameters: llmapi_dir and tokenizer_dir (relative to this model's folder), max_tokens_cap,
-exclude_input_in_output (default for the request input of that name).
+exclude_input_in_output (default for the request input of that name), stats_check_period_ms (how often the
+TensorRT-LLM backend's metric families are updated from LLM.get_stats: pipeline/runtime/trtllm_metrics.py).
 """
 
 from transformers import AutoTokenizer
@@ -29,3 +30,4 @@ class TritonPythonModel(GenerationModel):
         checkpoint = self.engine.folder / self.engine.meta["model"]
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", str(checkpoint)))
         self.eos_ids = eos_ids(checkpoint)
+        self.start_metrics(args)

@@ -10,7 +10,8 @@ llmapi target's model); the engine is `TorchEngine` (transformers' continuous ba
 restored ModelOpt model).
 Parameters: gpt_model_path and tokenizer_dir (relative to this model's folder), max_tokens_cap,
 exclude_input_in_output (default for the request input of that name), batch_invariant (default true:
-attention per request, see pipeline/runtime/engines/batch_invariant.py).
+attention per request, see pipeline/runtime/engines/batch_invariant.py), stats_check_period_ms (how often the
+TensorRT-LLM backend's metric families are updated: pipeline/runtime/trtllm_metrics.py; default 100).
 """
 
 from transformers import AutoTokenizer
@@ -29,3 +30,4 @@ class TritonPythonModel(GenerationModel):
         )
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))
+        self.start_metrics(args)

@@ -9,6 +9,7 @@ options and calls the layer below; its docstring is its help.
   tools.py     bench, compare, doctor, matrix, plan
   deploy.py    deploy k8s, deploy dynamo
   keys.py      keys (the OpenAI gateway's API keys), gateway (the gateway alone, e.g. a sidecar)
+  monitor.py   top, monitoring
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ COMMANDS = {
     "deploy": "deploy:deploy",
     "keys": "keys:keys",
     "gateway": "keys:gateway",
+    "top": "monitor:top",
+    "monitoring": "monitor:monitoring",
 }
 
 

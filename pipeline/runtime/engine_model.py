@@ -137,6 +137,7 @@ class GenerationModel:
     eos_ids: list[int]
     exclude_input: bool = True
     bad_words_supported: bool = False
+    metrics: Any = None  # a trtllm_metrics.MetricsReporter once start_metrics ran
 
     def setup(self, args: dict) -> Callable[[str, str], Path]:
         """Read the shared parameters (max_tokens_cap, exclude_input_in_output) from initialize()'s args;
@@ -151,6 +152,16 @@ class GenerationModel:
             return p if p.is_absolute() else folder / p
 
         return resolve
+
+    def start_metrics(self, args: dict) -> None:
+        """Publish the TensorRT-LLM backend's metric families from this model's engine (trtllm_metrics.py);
+        call at the end of initialize(), once the engine exists."""
+        from .trtllm_metrics import STATS_CHECK_PERIOD_MS, MetricsReporter
+
+        period_ms = float(self.params.get("stats_check_period_ms") or STATS_CHECK_PERIOD_MS)
+        self.metrics = MetricsReporter(
+            self.engine.iteration_stats, args["model_name"], args["model_version"], period_ms / 1000
+        )
 
     def flag(self, key: str, default: bool = True) -> bool:
         """A true/false model parameter (set by setup)."""
@@ -262,6 +273,8 @@ class GenerationModel:
         except Exception as exc:
             stream.cancel()
             self._fail(sender, exc)
+        if self.metrics is not None:  # per request the engine ran, as the backend's reportCustomMetrics
+            self.metrics.observe_request(len(job["input_ids"]), len(stream.tokens))
 
     def _collect(self, stream, job: dict, sender) -> list[int] | None:
         """All tokens of a non-streaming request, cut after a stop sequence; None if the client left."""
@@ -357,4 +370,6 @@ class GenerationModel:
         )
 
     def finalize(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         self.engine.close()

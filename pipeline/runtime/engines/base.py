@@ -138,6 +138,12 @@ class Engine(ABC):
         engine is always open."""
         return None
 
+    def iteration_stats(self) -> dict[str, Any] | None:
+        """The engine's latest state as one TensorRT-LLM IterationStats dict (numActiveRequests, kvCacheStats,
+        inflightBatchingStats, ...), for the backend's metric families (runtime/trtllm_metrics.py); None
+        while it has none to give."""
+        return None
+
     @abstractmethod
     def start(self, request: Request) -> DeltaStream:
         """Hand a checked request to the engine; returns its stream."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
 
 MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"
+STATS_TIMEOUT_S = 0.05  # LLM.get_stats waits at most this long for new iterations
 
 
 def read_build(folder: Path) -> tuple[dict, dict]:
@@ -128,8 +130,14 @@ class LlmApiEngine(Engine):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="lpx-llmapi-loop", daemon=True)
         self._thread.start()
-        # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer
-        self.llm = LLM(model=str(self.folder / self.meta["model"]), skip_tokenizer_init=True, **options)
+        self._last_stats: dict[str, Any] | None = None
+        # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer; iteration statistics on,
+        # for the backend's metric families (iteration_stats)
+        self.llm = LLM(
+            model=str(self.folder / self.meta["model"]),
+            skip_tokenizer_init=True,
+            **{"enable_iter_perf_stats": True, **options},
+        )
 
     def check_open(self) -> None:
         if self._closed.is_set():
@@ -166,6 +174,16 @@ class LlmApiEngine(Engine):
             stream.logprobs = []
         asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
         return stream
+
+    def iteration_stats(self) -> dict[str, Any] | None:
+        """TensorRT-LLM's latest IterationStats: LLM.get_stats drains the iterations since the last call (a
+        list of dicts, or JSON strings in older releases); with none new, the last one stands, as on the
+        backend."""
+        if self._closed.is_set():
+            return self._last_stats
+        for item in self.llm.get_stats(timeout=STATS_TIMEOUT_S) or []:
+            self._last_stats = json.loads(item) if isinstance(item, str) else dict(item)
+        return self._last_stats
 
     def cancel(self, stream: DeltaStream) -> None:
         """Abort the request (on the loop, where its result lives); its stream ends at the next read."""

@@ -21,6 +21,7 @@ from typing import Any
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
 from .torch_processors import OPTION_TYPES, install
+from .torch_stats import TorchStats
 
 META_FILE = "lpx_engine.json"
 META_KEYS = (
@@ -149,9 +150,10 @@ class TorchEngine(Engine):
             pad_token_id=self.model.config.pad_token_id,
         )
         block = int(self.meta["tokens_per_block"])
+        num_blocks = math.ceil(self.meta["max_batch_size"] * self.meta["max_seq_len"] / block)
         cb_cfg = ContinuousBatchingConfig(
             block_size=block,
-            num_blocks=math.ceil(self.meta["max_batch_size"] * self.meta["max_seq_len"] / block),
+            num_blocks=num_blocks,
             max_batch_tokens=self.meta["max_num_tokens"],
             max_requests_per_batch=self.meta["max_batch_size"],
             per_request_processors=True,
@@ -169,6 +171,7 @@ class TorchEngine(Engine):
         )
         _exact_top1(self._manager)
         self._logprobs = install(self._manager)
+        self._stats = TorchStats(self._manager, self.model, self.meta["max_batch_size"], num_blocks, block)
         self._streams: dict[str, DeltaStream] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
@@ -216,6 +219,10 @@ class TorchEngine(Engine):
             **options,
         )
         return stream
+
+    def iteration_stats(self) -> dict[str, Any]:
+        """The engine's state now as TensorRT-LLM's IterationStats (torch_stats.py says what each field is)."""
+        return self._stats.read()
 
     def cancel(self, request_id: str) -> None:
         """Stop a request; its stream ends (without an error) at the next read."""

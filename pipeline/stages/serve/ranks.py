@@ -68,6 +68,8 @@ def rank0_args(
         f"--grpc-port={ports['grpc']}",
         f"--metrics-address={host}",
         f"--metrics-port={ports['metrics']}",
+        # latency quantiles per model (nv_inference_request_summary_us): lpx top's end-to-end p50/p99
+        "--metrics-config=summary_latencies=true",
         f"--exit-timeout-secs={exit_timeout_s}",
         "--log-verbose=0",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",

@@ -10,7 +10,8 @@ non-empty lists of Python ints, and skip_tokenizer_init requires an explicit end
 TensorRT-LLM: behind the interface it runs transformers' model on the checkpoint folder one token at a
 time (greedy for top_k 1, seeded sampling otherwise), one request at a time. With `logprobs` it
 returns TokenLogprobs ({token id: Logprob} per output token, of the temperature-scaled distribution);
-penalties and min_tokens are accepted and not applied.
+penalties and min_tokens are accepted and not applied. With enable_iter_perf_stats, get_stats gives one
+IterationStats per step (no kvCacheStats: it has no paged cache).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import json
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ INIT_PARAMS = {k for k in _PY["llm_init"]["params"] if not k.startswith("**")}
 OPTION_NAMES = {k for k in _OPTIONS["options"] if "." not in k}
 SAMPLING_FIELDS = set(_PY["sampling_params"]["fields"])
 GENERATE_PARAMS = set(_PY["generate_async"]["params_1_2_era"]) - {"inputs"}
+METHODS = set(_PY["llm_init"]["methods"])
 CALLS: list[tuple[str, dict]] = []  # what LPX called, for tests that run the stand-in in-process
 
 
@@ -128,6 +131,11 @@ class LLM:
         CALLS.append(("LLM", {"model": model, **kwargs}))
         self.skip_tokenizer_init = bool(kwargs.get("skip_tokenizer_init"))
         self.max_seq_len = kwargs.get("max_seq_len")
+        self.max_batch_size = int(kwargs.get("max_batch_size") or 2048)
+        self._iter_stats = bool(kwargs.get("enable_iter_perf_stats"))
+        self._stats: list[dict] = []  # IterationStats since the last get_stats (kept only when enabled)
+        self._iter = 0
+        self._waiting = 0  # requests waiting for the one-at-a-time lock
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         self._lock = threading.Lock()  # one request at a time
         self._shut = False
@@ -182,9 +190,12 @@ class LLM:
             tokens: list[int] = []
             logprobs: list[dict[int, Logprob]] = []
             reason = None
+            self._waiting += 1
             with self._lock, torch.no_grad():
+                self._waiting -= 1
                 past, feed = None, torch.tensor([ids])
                 while reason is None:
+                    self._record(context_tokens=len(ids) if past is None else 0)
                     if result.aborted():
                         reason = "cancelled"
                         break
@@ -209,6 +220,42 @@ class LLM:
                 put((list(tokens), list(logprobs), reason))
         except Exception as exc:
             put(RuntimeError(f"stand-in generation failed: {exc}"))
+
+    def _record(self, context_tokens: int) -> None:
+        """One iteration's IterationStats (the contract's iteration_stats fields): one request runs at a time,
+        the others wait; the stand-in has no paged KV cache, so kvCacheStats is null."""
+        self._iter += 1
+        if not self._iter_stats:
+            return
+        now = datetime.now()
+        self._stats.append(
+            {
+                "timestamp": now.strftime("%m-%d-%Y %H:%M:%S.") + f"{now.microsecond:06d}",
+                "iter": self._iter,
+                "numActiveRequests": 1 + self._waiting,
+                "numQueuedRequests": 0,
+                "maxNumActiveRequests": self.max_batch_size,
+                "cpuMemUsage": 0,
+                "gpuMemUsage": 0,
+                "pinnedMemUsage": 0,
+                "kvCacheStats": None,
+                "inflightBatchingStats": {
+                    "numScheduledRequests": 1,
+                    "numContextRequests": int(context_tokens > 0),
+                    "numGenRequests": int(context_tokens == 0),
+                    "numPausedRequests": 0,
+                    "numCtxTokens": context_tokens,
+                    "microBatchId": 0,
+                },
+            }
+        )
+        del self._stats[:-1000]
+
+    def get_stats(self, timeout: float | None = 2) -> list[dict]:
+        """The iterations since the last call (empty unless made with enable_iter_perf_stats=True)."""
+        assert "get_stats(timeout=2)" in METHODS, "LLM.get_stats is not in the contract"
+        out, self._stats = self._stats, []
+        return out
 
     @staticmethod
     def _pick(logits, params: SamplingParams, gen) -> int:
