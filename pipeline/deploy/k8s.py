@@ -115,77 +115,80 @@ def _probe(path: str, port: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
-    d = cfg.deploy
-    image = d.slim_image if cfg.build.target == "torch" else d.image
-    resources = {"cpu": d.cpu, "memory": d.memory, "nvidia.com/gpu": str(gpus)}
+def container(
+    name: str,
+    image: str,
+    args: list[str],
+    ports: list[str],
+    probes: tuple[dict, dict, dict],
+    resources: dict[str, str],
+    mounts: list[tuple[str, str, bool]],
+) -> dict[str, Any]:
+    """One locked-down container: requests = limits, LPX_HOME set, (volume, path, read-only) mounts, and
+    (startup, liveness, readiness) probes."""
+    startup, live, ready = probes
     return {
-        "name": "triton",
+        "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": [
-            "serve",
-            "--repo",
-            MODELS_MOUNT,
-            "--variant",
-            variant,
-            "--host",
-            "0.0.0.0",
-            "--no-gateway",
-        ],
+        "args": args,
         "env": [{"name": "LPX_HOME", "value": LPX_HOME}],
-        "ports": [{"name": n, "containerPort": PORTS[n]} for n in ("http", "grpc", "metrics")],
-        # engine loading can take minutes on a cold node: the startup probe allows 20, then liveness rules
-        "startupProbe": _probe("/v2/health/ready", "http", 10, 120),
-        "livenessProbe": _probe("/v2/health/live", "http", 10, 3),
-        "readinessProbe": _probe("/v2/health/ready", "http", 5, 3),
+        "ports": [{"name": n, "containerPort": PORTS[n]} for n in ports],
+        "startupProbe": startup,
+        "livenessProbe": live,
+        "readinessProbe": ready,
         "resources": {"requests": resources, "limits": dict(resources)},
         "securityContext": _security(),
         "volumeMounts": [
-            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "lpx-home", "mountPath": LPX_HOME},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": vol, "mountPath": path, **({"readOnly": True} if ro else {})} for vol, path, ro in mounts
         ],
     }
+
+
+def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
+    d = cfg.deploy
+    return container(
+        "triton",
+        d.slim_image if cfg.build.target == "torch" else d.image,
+        ["serve", "--repo", MODELS_MOUNT, "--variant", variant, "--host", "0.0.0.0", "--no-gateway"],
+        ["http", "grpc", "metrics"],
+        # engine loading can take minutes on a cold node: the startup probe allows 20, then liveness rules
+        (
+            _probe("/v2/health/ready", "http", 10, 120),
+            _probe("/v2/health/live", "http", 10, 3),
+            _probe("/v2/health/ready", "http", 5, 3),
+        ),
+        {"cpu": d.cpu, "memory": d.memory, "nvidia.com/gpu": str(gpus)},
+        [
+            ("models", MODELS_MOUNT, True),
+            ("dshm", "/dev/shm", False),
+            ("lpx-home", LPX_HOME, False),
+            ("tmp", "/tmp", False),
+        ],
+    )
 
 
 def gateway_container(cfg: Config, variant: str) -> dict[str, Any]:
-    d = cfg.deploy
-    resources = {"cpu": "2", "memory": "2Gi"}
-    return {
-        "name": "gateway",
-        "image": d.slim_image,
-        "imagePullPolicy": "IfNotPresent",
-        "args": [
-            "gateway",
-            "--triton",
-            f"127.0.0.1:{PORTS['grpc']}",
-            "--repo",
-            MODELS_MOUNT,
-            "--variant",
-            variant,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(PORTS["openai"]),
-            "--keys",
-            f"{KEYS_MOUNT}/keys.json",
+    args = ["gateway", "--triton", f"127.0.0.1:{PORTS['grpc']}", "--repo", MODELS_MOUNT, "--variant", variant]
+    args += ["--host", "0.0.0.0", "--port", str(PORTS["openai"]), "--keys", f"{KEYS_MOUNT}/keys.json"]
+    return container(
+        "gateway",
+        cfg.deploy.slim_image,
+        args,
+        ["openai"],
+        (
+            _probe("/health/live", "openai", 5, 60),
+            _probe("/health/live", "openai", 10, 3),
+            _probe("/health/ready", "openai", 5, 3),
+        ),
+        {"cpu": "2", "memory": "2Gi"},
+        [
+            ("models", MODELS_MOUNT, True),
+            ("keys", KEYS_MOUNT, True),
+            ("lpx-home", LPX_HOME, False),
+            ("tmp", "/tmp", False),
         ],
-        "env": [{"name": "LPX_HOME", "value": LPX_HOME}],
-        "ports": [{"name": "openai", "containerPort": PORTS["openai"]}],
-        "startupProbe": _probe("/health/live", "openai", 5, 60),
-        "livenessProbe": _probe("/health/live", "openai", 10, 3),
-        "readinessProbe": _probe("/health/ready", "openai", 5, 3),
-        "resources": {"requests": resources, "limits": dict(resources)},
-        "securityContext": _security(),
-        "volumeMounts": [
-            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
-            {"name": "keys", "mountPath": KEYS_MOUNT, "readOnly": True},
-            {"name": "lpx-home", "mountPath": LPX_HOME},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    }
+    )
 
 
 def fetch_container(cfg: Config) -> dict[str, Any]:
