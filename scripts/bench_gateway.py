@@ -203,6 +203,59 @@ async def gather_limited(fn, n: int, concurrency: int) -> list[int]:
     return out
 
 
+async def bare_sse_app(scope: dict, receive, send) -> None:
+    """The least an HTTP server can do for a streamed answer: read the body, send one event and [DONE]."""
+    if scope["type"] != "http":
+        return
+    await receive()
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    )
+    await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+def _serve_bare(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        bare_sse_app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning"
+    )
+
+
+def http_floor(rounds: int, warmup: int) -> dict:
+    """TTFT of a bare uvicorn SSE endpoint (same server stack and client as the gateway, no work): what
+    HTTP alone costs on this machine."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = multiprocessing.get_context("spawn").Process(target=_serve_bare, args=(port,), daemon=True)
+    proc.start()
+    try:
+
+        async def run() -> list[float]:
+            path = GatewayPath(f"http://127.0.0.1:{port}", {})
+            try:
+                for _ in range(100):
+                    try:
+                        await path.ttft()
+                        break
+                    except OSError:
+                        await asyncio.sleep(0.1)
+                return (await ttfts({"bare": path}, rounds, warmup))["bare"]
+            finally:
+                await path.close()
+
+        xs = asyncio.run(run())
+    finally:
+        proc.terminate()
+        proc.join(5)
+    return {"ttft_p50_ms": pct(xs, 0.5) * 1e3, "ttft_p90_ms": pct(xs, 0.9) * 1e3, "n": len(xs)}
+
+
 # -- servers ---------------------------------------------------------------------------------------
 def start_gateway(triton_url: str, tokenizer: Path, work: Path, name: str):
     from pipeline.gateway.process import GatewayProcess
@@ -404,6 +457,11 @@ def main() -> int:
     report: dict = {"cpu_count": os.cpu_count(), "args": {k: str(v) for k, v in vars(args).items()}}
     if not args.skip_torch:
         report["torch"] = part_a(work, args.rounds, args.warmup, args.tokens)
+    floor = report["http_floor"] = http_floor(args.rounds, args.warmup)
+    print(
+        f"\nreference: a bare uvicorn SSE endpoint (no work) answers its first event in {floor['ttft_p50_ms']:.3f} ms "
+        f"p50, {floor['ttft_p90_ms']:.3f} ms p90 to the same client"
+    )
     levels = [int(x) for x in args.concurrency.split(",") if x]
     report["toy"] = part_b(work, args.rounds, args.warmup, levels, args.stream_tokens, args.per_level)
     if args.out:
