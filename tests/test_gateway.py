@@ -326,21 +326,28 @@ def test_stop_sequences_cut_without_leaking(stack: Stack) -> None:
     assert "".join(c.choices[0].text for c in got) == text
 
 
-def test_logprobs_map_onto_the_engine_or_are_refused_by_it(stack: Stack) -> None:
-    """logprobs (chat: true) asks tensorrt_llm for output_log_probs; an engine that cannot return them
-    refuses with 400 in its own words. Alternatives (top_logprobs) are refused by the gateway."""
+def test_logprobs_and_penalties_reach_the_engine(stack: Stack) -> None:
+    """logprobs (chat: true) asks tensorrt_llm for output_log_probs: one per completion token, of the
+    penalized distribution before truncation (a greedy token's own log probability, not log 1);
+    presence / frequency penalties reach the engine (the torch target honours them). Alternatives
+    (top_logprobs) are refused by the gateway."""
     client = stack.client()
     messages = [{"role": "user", "content": "Bread"}]
-    try:
-        got = client.chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True
-        )
-    except openai.BadRequestError as exc:
-        assert exc.status_code == 400 and "return_log_probs" in exc.message
-    else:
-        content = got.choices[0].logprobs.content
-        assert len(content) == got.usage.completion_tokens
-        assert all(-1e4 < t.logprob <= 0.0 for t in content)
+    got = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True
+    )
+    content = got.choices[0].logprobs.content
+    assert len(content) == got.usage.completion_tokens >= 1
+    assert all(-1e4 < t.logprob <= 0.0 for t in content) and any(t.logprob < 0 for t in content)
+    penalised = client.completions.create(
+        model=MODEL,
+        prompt=PROMPTS[0],
+        max_tokens=8,
+        temperature=0,
+        presence_penalty=1.5,
+        frequency_penalty=0.5,
+    )
+    assert penalised.usage.completion_tokens >= 1 and penalised.choices[0].finish_reason in ("stop", "length")
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
             model=MODEL, messages=messages, max_tokens=6, logprobs=True, top_logprobs=3
@@ -364,7 +371,7 @@ REFUSED = [
     ({"max_tokens": 0}, 400, "max_tokens", "greater than or equal to 1"),
     ({"frobnicate": 1}, 400, "frobnicate", "not a parameter"),
     ({"model": "gpt-4"}, 404, "model", "serves 'tiny-llama'"),
-    ({"presence_penalty": 0.5}, 400, None, "presence_penalty"),  # the torch engine's own refusal
+    ({"presence_penalty": 3.5}, 400, "presence_penalty", "less than or equal to 2"),
     ({"seed": -1}, 400, "seed", "seed"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "stream: true"),
 ]
