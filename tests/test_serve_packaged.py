@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -91,8 +90,12 @@ def stop(proc: subprocess.Popen) -> int:
         return proc.wait()
 
 
-def test_serve_repo_answers_through_the_gateway(unpacked: Path, tmp_path: Path) -> None:
+def test_serve_repo_answers_through_its_gateway_and_a_sidecar_one(unpacked: Path, tmp_path: Path) -> None:
+    """`lpx serve --repo` (Triton + its gateway) answers a completion; `lpx gateway` beside the same Triton,
+    as the Kubernetes pod runs it, answers a chat completion. One Triton start for both."""
     import openai
+
+    from pipeline.stages.serve.tritonserver import _pick_ports
 
     home = tmp_path / "home"
     proc = subprocess.Popen(
@@ -102,6 +105,7 @@ def test_serve_repo_answers_through_the_gateway(unpacked: Path, tmp_path: Path) 
         stderr=subprocess.STDOUT,
         text=True,
     )
+    sidecar = None
     try:
         info = wait_for(home / "run" / "server.json", proc)
         assert info["model"] == "tiny-llama" and info["openai_url"]
@@ -110,39 +114,8 @@ def test_serve_repo_answers_through_the_gateway(unpacked: Path, tmp_path: Path) 
         out = client.completions.create(model=model, prompt="Bread is made", max_tokens=8, temperature=0)
         assert out.choices[0].text and out.usage.completion_tokens >= 1
         assert out.choices[0].finish_reason in ("stop", "length")
-    finally:
-        assert stop(proc) == 0
-    assert not (home / "run" / "server.json").exists()
-
-
-def test_the_sidecar_gateway_fronts_a_repo_served_without_one(unpacked: Path, tmp_path: Path) -> None:
-    """What the Kubernetes pod runs: `lpx serve --repo --no-gateway` and `lpx gateway` beside it."""
-    import openai
-
-    from pipeline.stages.serve.tritonserver import _pick_ports
-
-    home = tmp_path / "home"
-    http, grpc, metrics, port = _pick_ports("127.0.0.1", 4)
-    triton = subprocess.Popen(
-        [
-            str(BIN / "lpx"),
-            "serve",
-            "--repo",
-            str(unpacked),
-            "--no-gateway",
-            "--ports",
-            f"{http},{grpc},{metrics},0",
-        ],
-        env=env_for(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    gateway = None
-    try:
-        info = wait_for(home / "run" / "server.json", triton)
-        assert info["openai_url"] is None
-        gateway = subprocess.Popen(
+        (port,) = _pick_ports("127.0.0.1", 1)
+        sidecar = subprocess.Popen(
             [
                 str(BIN / "lpx"),
                 "gateway",
@@ -153,16 +126,16 @@ def test_the_sidecar_gateway_fronts_a_repo_served_without_one(unpacked: Path, tm
                 "--port",
                 str(port),
             ],
-            env=env_for(home),
+            env=env_for(tmp_path / "sidecar-home"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-        deadline = time.monotonic() + 120
+        side = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        deadline = time.monotonic() + 180
         while True:
             try:
-                out = client.chat.completions.create(
+                chat = side.chat.completions.create(
                     model="tiny-llama",
                     messages=[{"role": "user", "content": "Hi"}],
                     max_tokens=6,
@@ -170,11 +143,11 @@ def test_the_sidecar_gateway_fronts_a_repo_served_without_one(unpacked: Path, tm
                 )
                 break
             except openai.APIConnectionError:
-                assert gateway.poll() is None and time.monotonic() < deadline, gateway.stdout.read()[-2000:]
+                assert sidecar.poll() is None and time.monotonic() < deadline, sidecar.stdout.read()[-2000:]
                 time.sleep(0.5)
-        assert out.choices[0].message.role == "assistant" and out.usage.completion_tokens >= 1
+        assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1
     finally:
-        if gateway is not None:
-            assert stop(gateway) == 0
-        stop(triton)
-    shutil.rmtree(home, ignore_errors=True)
+        if sidecar is not None:
+            assert stop(sidecar) == 0
+        assert stop(proc) == 0
+    assert not (home / "run" / "server.json").exists()
