@@ -58,7 +58,7 @@ class TritonPath:
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-        from pipeline.bench.load import _bytes_tensor
+        from pipeline.bench.senders import _bytes_tensor
 
         self.channel = grpc.aio.insecure_channel(url, options=[("grpc.enable_http_proxy", 0)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
