@@ -1,7 +1,7 @@
 """`lpx deploy`: hand a variant over to the systems that scale it. Manifests are data, validated offline.
 
-  k8s.py      Kubernetes objects (Deployment or LeaderWorkerSet, Services, PDB, NetworkPolicy,
-              ServiceMonitor, PrometheusRule, HPA) for the engine and torch targets
+  k8s.py      the pods: Deployment or LeaderWorkerSet, containers, probes, volumes, GPU affinity
+  cluster.py  around them: Services, PDB, NetworkPolicy, ServiceMonitor, PrometheusRule, HPA
   dynamo.py   NVIDIA Dynamo's DynamoGraphDeployment (aggregated or disaggregated) for the llmapi target
   write.py    the kustomize tree on disk, written atomically
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
-from . import dynamo, k8s
+from . import cluster, dynamo, k8s
 from .write import file_name, kustomization, write_tree
 
 
@@ -43,7 +43,7 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
             "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
             "'lpx deploy dynamo' (or build.target engine / torch for Kubernetes with Triton)"
         )
-    base = [namespace(cfg), *k8s.base_objects(cfg, variant)]
+    base = [namespace(cfg), *cluster.base_objects(cfg, variant)]
     files: dict[str, dict[str, Any]] = {f"base/{file_name(o)}": o for o in base}
     files["base/kustomization.yaml"] = kustomization(
         [file_name(o) for o in base], namespace=cfg.deploy.namespace
