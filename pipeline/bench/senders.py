@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .load import LoadSpec, Record
+if TYPE_CHECKING:  # annotations only: load.py imports this module when it picks a sender
+    from .load import LoadSpec, Record
 
 try:
     from grpc.aio import EOF as grpc_aio_EOF
