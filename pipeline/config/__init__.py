@@ -1,5 +1,11 @@
 """The typed `lpx.yaml` schema and its loading. Unknown keys are errors; every error names its path.
-`resolve_config` is the one rule for which file a command uses."""
+`resolve_config` is the one rule for which file a command uses.
+
+  __init__.py  the sections the stages read (model .. serving), Config, loading and error messages
+  base.py      Strict: the base of every section (unknown keys are errors)
+  deploy.py    `deploy`: what `lpx deploy` writes
+  tune.py      `tune`: the search `lpx tune` runs
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError, UsageError
-from .facts import formats, trtllm
+from ..errors import ConfigError, UsageError
+from ..facts import formats, trtllm
+from .base import Strict
+from .deploy import Deploy
+from .tune import Tune
 
 FORMATS = tuple(formats.FORMATS)
 KV_CACHE = tuple(formats.KV_CACHE_TYPES)
@@ -21,10 +30,6 @@ TARGETS = ("engine", "llmapi", "torch")
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class ModelSection(Strict):
@@ -195,71 +200,6 @@ class Serving(Strict):
     openai: OpenAIGateway = Field(default_factory=OpenAIGateway)
 
 
-class Autoscaling(Strict):
-    min_replicas: int = Field(1, ge=1)
-    max_replicas: int = Field(4, ge=1)
-    queue_compute_ratio: float = Field(
-        1.0,
-        gt=0,
-        description="HPA target: Triton's queue time over compute time per pod (NVIDIA's Kubernetes tutorial's "
-        "metric); above it, pods are added.",
-    )
-
-
-class Repository(Strict):
-    pvc: str | None = Field(
-        None,
-        description="PersistentVolumeClaim holding the packaged repositories, mounted read-only "
-        "(default: lpx-models, unless url is set).",
-    )
-    url: str | None = Field(
-        None,
-        description="Object-store URL of CI's lpx-repos.tgz (scripts/ci/package.sh), fetched by an init "
-        "container instead of a PVC.",
-    )
-    sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", description="Checksum the fetched tarball must have."
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Repository:
-        if self.pvc and self.url:
-            raise ValueError("set pvc or url, not both")
-        if self.url and not self.sha256:
-            raise ValueError("url needs sha256 (the tarball's checksum, printed by scripts/ci/package.sh)")
-        return self
-
-
-class Deploy(Strict):
-    """`lpx deploy`: Kubernetes and Dynamo manifests (written, validated offline; applying them is yours)."""
-
-    namespace: str = Field("lpx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    image: str = Field(
-        "lpx-trtllm:0.1.0",
-        description="Image serving the engine and llmapi targets: the Dockerfile (Triton TensorRT-LLM base).",
-    )
-    slim_image: str = Field(
-        "lpx-slim:0.1.0", description="Image of the gateway and the torch target: Dockerfile.slim."
-    )
-    replicas: int = Field(1, ge=1)
-    gpus_per_node: int = Field(
-        8, ge=1, description="GPUs one node has; more per replica needs a LeaderWorkerSet."
-    )
-    cpu: str = Field("8", description="CPU request = limit of the serving container.")
-    memory: str = Field("64Gi", description="Memory request = limit of the serving container.")
-    shm_size: str = Field("4Gi", description="/dev/shm (Triton's python backend exchanges tensors there).")
-    keys_secret: str = Field("lpx-gateway-keys", description="Secret holding the gateway's keys.json.")
-    monitoring_namespace: str = Field("monitoring", description="Where Prometheus runs (allowed to scrape).")
-    repository: Repository = Field(default_factory=Repository)
-    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
-
-    @model_validator(mode="after")
-    def _replicas(self) -> Deploy:
-        if self.autoscaling.max_replicas < self.autoscaling.min_replicas:
-            raise ValueError("autoscaling: max_replicas is below min_replicas")
-        return self
-
-
 class Config(Strict):
     model: ModelSection
     variants: list[Variant] = Field(min_length=1)
@@ -269,6 +209,7 @@ class Config(Strict):
     build: Build = Field(default_factory=Build)
     serving: Serving = Field(default_factory=Serving)
     deploy: Deploy = Field(default_factory=Deploy)
+    tune: Tune = Field(default_factory=Tune)
 
     @field_validator("variants")
     @classmethod
@@ -371,7 +312,7 @@ def resolve_config(path: Path | None, report=None) -> Config:
         path = Path("lpx.yaml")
         say("using ./lpx.yaml")
     if path is None:
-        from .demo import ensure_demo
+        from ..demo import ensure_demo
 
         say("no -c given: running the built-in demo (a tiny Llama, FP8, torch target)")
         path = ensure_demo(report)

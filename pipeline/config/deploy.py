@@ -1,0 +1,72 @@
+"""lpx.yaml's `deploy` section: the Kubernetes and Dynamo manifests `lpx deploy` writes (docs/deploy.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from .base import Strict
+
+
+class Autoscaling(Strict):
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(4, ge=1)
+    queue_compute_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="HPA target: Triton's queue time over compute time per pod (NVIDIA's Kubernetes tutorial's "
+        "metric); above it, pods are added.",
+    )
+
+
+class Repository(Strict):
+    pvc: str | None = Field(
+        None,
+        description="PersistentVolumeClaim holding the packaged repositories, mounted read-only "
+        "(default: lpx-models, unless url is set).",
+    )
+    url: str | None = Field(
+        None,
+        description="Object-store URL of CI's lpx-repos.tgz (scripts/ci/package.sh), fetched by an init "
+        "container instead of a PVC.",
+    )
+    sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="Checksum the fetched tarball must have."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Repository:
+        if self.pvc and self.url:
+            raise ValueError("set pvc or url, not both")
+        if self.url and not self.sha256:
+            raise ValueError("url needs sha256 (the tarball's checksum, printed by scripts/ci/package.sh)")
+        return self
+
+
+class Deploy(Strict):
+    """`lpx deploy`: Kubernetes and Dynamo manifests (written, validated offline; applying them is yours)."""
+
+    namespace: str = Field("lpx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    image: str = Field(
+        "lpx-trtllm:0.1.0",
+        description="Image serving the engine and llmapi targets: the Dockerfile (Triton TensorRT-LLM base).",
+    )
+    slim_image: str = Field(
+        "lpx-slim:0.1.0", description="Image of the gateway and the torch target: Dockerfile.slim."
+    )
+    replicas: int = Field(1, ge=1)
+    gpus_per_node: int = Field(
+        8, ge=1, description="GPUs one node has; more per replica needs a LeaderWorkerSet."
+    )
+    cpu: str = Field("8", description="CPU request = limit of the serving container.")
+    memory: str = Field("64Gi", description="Memory request = limit of the serving container.")
+    shm_size: str = Field("4Gi", description="/dev/shm (Triton's python backend exchanges tensors there).")
+    keys_secret: str = Field("lpx-gateway-keys", description="Secret holding the gateway's keys.json.")
+    monitoring_namespace: str = Field("monitoring", description="Where Prometheus runs (allowed to scrape).")
+    repository: Repository = Field(default_factory=Repository)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+    @model_validator(mode="after")
+    def _replicas(self) -> Deploy:
+        if self.autoscaling.max_replicas < self.autoscaling.min_replicas:
+            raise ValueError("autoscaling: max_replicas is below min_replicas")
+        return self
