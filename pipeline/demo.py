@@ -151,7 +151,29 @@ def ensure_checkpoint(dest: Path | None = None) -> Path:
     return write_checkpoint(dest)
 
 
-def demo_config_dict(checkpoint: str = "checkpoint") -> dict:
+# `lpx init DIR --tune`: the demo with a second variant and a small `lpx tune` search (CPU minutes)
+TUNE_VARIANT = {"name": "bf16", "quantization": {"format": "none", "kv_cache": "none"}}
+TUNE_SECTION = {
+    "slo": "ttft=1s,itl=150ms",
+    "input_len": 64,
+    "output_len": 32,
+    "requests_per_level": 16,
+    "warmup": 2,
+    "max_concurrency": 16,
+    "rate_steps": 3,
+    "grid": {"max_batch_size": [2, 8], "max_num_tokens": [256, 2048]},
+}
+
+
+def demo_config_dict(checkpoint: str = "checkpoint", tune: bool = False) -> dict:
+    cfg = _demo_config(checkpoint)
+    if tune:
+        cfg["variants"].append(TUNE_VARIANT)
+        cfg["tune"] = TUNE_SECTION
+    return cfg
+
+
+def _demo_config(checkpoint: str) -> dict:
     return {
         "model": {"name": DEMO_NAME, "checkpoint": checkpoint},
         "variants": [{"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "none"}}],
@@ -178,7 +200,7 @@ def demo_config_dict(checkpoint: str = "checkpoint") -> dict:
 DEMO_PROMPT = "The first token of an answer"
 
 
-def write_demo_config(folder: Path) -> Path:
+def write_demo_config(folder: Path, tune: bool = False) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "lpx.yaml"
@@ -186,7 +208,7 @@ def write_demo_config(folder: Path) -> Path:
         "# LPX demo config: a tiny Llama quantized to FP8, served by LPX's torch reference engine.\n"
         "# Edit and run: lpx run -c lpx.yaml   (lpx config schema prints every key)\n"
     )
-    path.write_text(header + yaml.safe_dump(demo_config_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(header + yaml.safe_dump(demo_config_dict(tune=tune), sort_keys=False), encoding="utf-8")
     return path
 
 

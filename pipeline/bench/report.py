@@ -135,7 +135,7 @@ def plots(doc: dict[str, Any], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(xs, [r["output_tokens_per_s"] for r in rows], "o-")
     ax.set(xlabel=xlabel, ylabel="output tokens/s (system)", title="Throughput")
-    paths.append(_save(fig, out / "throughput.png"))
+    paths.append(save_figure(fig, out / "throughput.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, name in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "itl_ms", "ITL")):
@@ -143,7 +143,7 @@ def plots(doc: dict[str, Any], out: Path) -> list[Path]:
             ax.plot(xs, [r[key][p] if r[key] else float("nan") for r in rows], "o-", label=p)
         ax.set(xlabel=xlabel, ylabel=f"{name} (ms)", title=name)
         ax.legend()
-    paths.append(_save(fig, out / "latency.png"))
+    paths.append(save_figure(fig, out / "latency.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     per_user = [
@@ -153,11 +153,11 @@ def plots(doc: dict[str, Any], out: Path) -> list[Path]:
     for x, y, label in zip(per_user, [r["output_tokens_per_s"] for r in rows], xs, strict=True):
         ax.annotate(str(label), (x, y))
     ax.set(xlabel="tokens/s per user (p50)", ylabel="output tokens/s (system)", title="Pareto")
-    paths.append(_save(fig, out / "pareto.png"))
+    paths.append(save_figure(fig, out / "pareto.png"))
     return paths
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     import matplotlib.pyplot as plt

@@ -10,6 +10,7 @@ options and calls the layer below; its docstring is its help.
   deploy.py    deploy k8s, deploy dynamo
   keys.py      keys (the OpenAI gateway's API keys), gateway (the gateway alone, e.g. a sidecar)
   monitor.py   top, monitoring
+  tune.py      tune
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ COMMANDS = {
     "gateway": "keys:gateway",
     "top": "monitor:top",
     "monitoring": "monitor:monitoring",
+    "tune": "tune:tune",
 }
 
 

@@ -12,7 +12,10 @@ from .options import config_option
 
 @click.command()
 @click.argument("directory", type=click.Path(path_type=Path))
-def init(directory: Path) -> None:
+@click.option(
+    "--tune", "with_tune", is_flag=True, help="Add a second variant (bf16) and a small `lpx tune` search."
+)
+def init(directory: Path, with_tune: bool) -> None:
     """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY."""
     from ..demo import ensure_checkpoint, write_demo_config
     from ..errors import UsageError
@@ -20,8 +23,9 @@ def init(directory: Path) -> None:
     if (directory / "lpx.yaml").exists():
         raise UsageError(f"{directory / 'lpx.yaml'} already exists - choose an empty folder")
     ensure_checkpoint(directory / "checkpoint")
-    path = write_demo_config(directory)
-    click.echo(f"wrote {path} and {directory / 'checkpoint'}\nnext: lpx run -c {path}")
+    path = write_demo_config(directory, tune=with_tune)
+    then = f"lpx tune -c {path}" if with_tune else f"lpx run -c {path}"
+    click.echo(f"wrote {path} and {directory / 'checkpoint'}\nnext: {then}")
 
 
 @click.group()

@@ -1,0 +1,202 @@
+"""Measuring one cell of `lpx tune`: build it through the stages (cached as always), serve it on loopback,
+run the goodput search for every SLO, record memory; or measure a remote OpenAI-compatible server as it
+is. A local cell's measurement is cached under $LPX_HOME/tune/<model>/<key>.json, keyed by the served
+repository's key, the measurement settings and this code, so an interrupted tune resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..artifacts import home
+from ..bench.load import LoadSpec, Run, model_inputs, run_closed, run_open
+from ..bench.metrics import summarize
+from ..config import Config
+from ..errors import StageFailed
+from ..keys import code_fingerprint, make_key
+from .search import SearchSettings, search
+from .space import Cell, cell_config
+
+CODE = ("pipeline.tune.cells", "pipeline.tune.search", "pipeline.bench.load", "pipeline.bench.metrics")
+
+
+@dataclass
+class Measurement:
+    """How every cell is measured (part of each cell's cache key)."""
+
+    slos: list[dict[str, float]]
+    input_len: int = 128
+    output_len: int = 128
+    requests: int = 32
+    warmup: int = 4
+    seed: int = 0
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+    def key_inputs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def slo_label(slo: dict[str, float]) -> str:
+    return ",".join(f"{k}={v:g}ms" for k, v in slo.items()) or "none"
+
+
+def level_runner(spec: LoadSpec, m: Measurement) -> Callable[[str, float], Run]:
+    """(kind, load) -> the Run of that level; each load is measured once and shared by every SLO."""
+    runs: dict[tuple[str, float], Run] = {}
+
+    def run(kind: str, load: float) -> Run:
+        if (kind, load) not in runs:
+            if kind == "closed":
+                runs[kind, load] = run_closed(spec, int(load), m.requests, None, m.warmup)
+            else:
+                runs[kind, load] = run_open(spec, load, m.requests, 1.0, m.warmup)
+        return runs[kind, load]
+
+    return run
+
+
+def search_all(spec: LoadSpec, m: Measurement, say: Callable[[str], None]) -> dict[str, Any]:
+    """The goodput search per SLO over one served model; levels measured for one SLO serve the next."""
+    run = level_runner(spec, m)
+    out = {}
+    for slo in m.slos:
+        say(f"SLO {slo_label(slo)}")
+        result = search(lambda kind, load, slo=slo: summarize(run(kind, load), slo), m.search, say)
+        out[slo_label(slo)] = result.as_dict()
+    return out
+
+
+def process_tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def memory_in_use(server_pid: int | None) -> dict[str, Any]:
+    """What the served cell holds: the GPUs' used memory when there are GPUs (the engine's weights and
+    KV pool), else the resident memory of tritonserver and its model processes."""
+    from ..facts.gpu import gpu_state
+
+    state = gpu_state(full=False)
+    if state is not None and state.gpus:
+        return {"kind": "gpu", "gib": round(sum(g.used_mib for g in state.gpus) / 1024, 3)}
+    if server_pid is None:
+        return {"kind": "unknown", "gib": None}
+    return {"kind": "host", "gib": round(process_tree_rss(server_pid) / 2**30, 3)}
+
+
+def _vocab(cfg: Config) -> tuple[int, int]:
+    data = json.loads((cfg.model.checkpoint / "config.json").read_text())
+    size = int(data.get("vocab_size") or (data.get("text_config") or {}).get("vocab_size") or 32000)
+    return min(100, size // 4), size
+
+
+def cache_path(model: str, key: str) -> Path:
+    return home() / "tune" / model / f"{key}.json"
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    """Whole or not at all: a killed tune leaves no half-written cell."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=float))
+    os.replace(tmp, path)
+
+
+def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Callable[[str], None]) -> dict:
+    """Build (through the stage cache), serve and search one cell; its cached measurement when there is one."""
+    from ..runner import Runner
+    from ..stages.serve import server
+    from ..stages.serve.selection import choose
+
+    ccfg = cell_config(cfg, cfg.variant(cell.variant), cell.limits)
+    runner = Runner(ccfg, report, skip_gate=True)  # the gate was applied before any cell was built
+    outcome = runner.run(ccfg.variants, "repo")[0]
+    picked = choose(outcome)
+    if picked is None:
+        raise StageFailed(f"cell {cell.name}: no repository was built - see the messages above")
+    engine, repo = picked
+    key = make_key({"repo": repo.key, "measurement": m.key_inputs(), "code": code_fingerprint(CODE)})
+    path = cache_path(cfg.model.name, key)
+    if path.is_file():
+        doc = json.loads(path.read_text())
+        return {**doc, "cached": True}
+    t0 = time.perf_counter()
+    with server(ccfg, cell.variant, repo) as srv:
+        say(f"serving {cell.name} on {srv.grpc_url}")
+        spec = LoadSpec(
+            url=srv.grpc_url,
+            model="tensorrt_llm",
+            protocol="grpc",
+            input_len=m.input_len,
+            output_len=m.output_len,
+            vocab=_vocab(cfg),
+            seed=m.seed,
+        )
+        declared = model_inputs(spec) or set()
+        spec.force_output = "min_tokens" in declared
+        spec.count_input = "return_num_input_tokens" in declared
+        results = search_all(spec, m, say)
+        memory = memory_in_use(srv.proc.pid if srv.proc else None)
+    doc = {
+        "key": key,
+        "cell": cell.as_dict(),
+        "artifacts": {"engine": str(engine.path), "repo": str(repo.path), "repo_key": repo.key},
+        "gpus": ccfg.build.tp_size * ccfg.build.pp_size if ccfg.build.target == "engine" else 1,
+        "output_forced": spec.force_output,
+        "memory": memory,
+        "slo": results,
+        "measured_s": round(time.perf_counter() - t0, 1),
+        "finished_at": time.time(),
+    }
+    _write(path, doc)
+    return {**doc, "cached": False}
+
+
+def measure_remote(cell: Cell, m: Measurement, api_key: str | None, say: Callable[[str], None]) -> dict:
+    """A server the user runs (vLLM, trtllm-serve, Dynamo, LPX's gateway), measured over OpenAI's API with
+    the same search; nothing is built and nothing is cached (the server may change between runs)."""
+    from ..bench.openai_load import api_key as find_key
+    from ..bench.openai_load import served_model
+
+    key = find_key(api_key)
+    spec = LoadSpec(
+        url=cell.url or "",
+        model=served_model(cell.url or "", key),
+        protocol="openai",
+        input_len=m.input_len,
+        output_len=m.output_len,
+        seed=m.seed,
+        endpoint="completions",
+        api_key=key,
+    )
+    t0 = time.perf_counter()
+    results = search_all(spec, m, say)
+    return {
+        "key": None,
+        "cell": cell.as_dict(),
+        "gpus": None,
+        "output_forced": False,
+        "memory": {"kind": "unknown", "gib": None},
+        "slo": results,
+        "measured_s": round(time.perf_counter() - t0, 1),
+        "finished_at": time.time(),
+        "cached": False,
+    }

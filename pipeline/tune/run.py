@@ -1,0 +1,212 @@
+"""`lpx tune` from start to end: the cells, the quality gate per variant, each cell measured (or read from
+its cache) with progress and an estimate of the time left, then the answer written as tune.json, tune.md,
+plots and a tuned lpx.yaml per SLO."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bench import report as bench_report
+from ..bench.metrics import parse_slo
+from ..config import Config
+from ..errors import LpxError, UsageError
+from ..progress import Reporter
+from . import answer, report, space
+from .cells import Measurement, measure_local, measure_remote, slo_label
+from .search import SearchSettings
+
+
+@dataclass
+class Options:
+    slos: list[str]
+    out: Path
+    endpoints: list[str] = field(default_factory=list)
+    only_endpoints: bool = False
+    budget_s: float | None = None
+    api_key: str | None = None
+    variants: list[str] = field(default_factory=list)
+
+
+def parse_budget(text: str | None) -> float | None:
+    """'2h', '90m', '45s' or seconds -> seconds."""
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(h|m|s)?\s*", text)
+    if not m:
+        raise UsageError(f"Bad --budget {text!r} - write e.g. 2h, 90m or 600s")
+    return float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, None: 1}[m.group(2)]
+
+
+def _duration(s: float) -> str:
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def quality_per_variant(cfg: Config, cells: list[space.Cell], report_: Reporter) -> dict[str, dict]:
+    """Quantize and evaluate every variant that has cells left (both cached as always); a variant that
+    fails the quality gate or a check loses its cells before anything is built."""
+    from ..runner import Runner
+
+    quality: dict[str, dict] = {}
+    for name in dict.fromkeys(c.variant for c in cells if not c.pruned and c.url is None):
+        v = cfg.variant(name)
+        runner = Runner(cfg, report_)
+        try:
+            outcome = runner.run([v], "eval")[0]
+            why = "; ".join(runner.gate_failures) or None
+        except LpxError as exc:
+            why = exc.message
+        if why:
+            for c in cells:
+                if c.variant == name and c.url is None and not c.pruned:
+                    c.pruned = why
+            continue
+        quality[name] = outcome.artifacts["eval"].manifest.get("results", {})
+    return quality
+
+
+def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print) -> dict[str, Any]:
+    report_ = report_ or Reporter()
+    t = cfg.tune
+    slos = [parse_slo(s) for s in opts.slos]
+    if not slos or not all(slos):
+        raise UsageError("lpx tune needs an SLO: --slo ttft=200ms,itl=30ms (or tune.slo in lpx.yaml)")
+    m = Measurement(
+        slos=slos,
+        input_len=t.input_len,
+        output_len=t.output_len,
+        requests=t.requests_per_level,
+        warmup=t.warmup,
+        search=SearchSettings(
+            attainment=t.attainment, max_concurrency=t.max_concurrency, rate_steps=t.rate_steps
+        ),
+    )
+    if opts.variants:
+        cfg = cfg.model_copy(update={"variants": cfg.select(opts.variants)})
+    cells: list[space.Cell] = []
+    gpu = None
+    if not opts.only_endpoints:
+        from ..runner import Runner
+        from ..stages import build
+
+        gpus = build.target_gpus(Runner(cfg, report_).ctx)
+        gpu = gpus[0] if gpus else None
+        cells = space.cells(cfg, t, gpu)
+    cells += space.remote_cells(opts.endpoints)
+    if not cells:
+        raise UsageError("Nothing to tune: the config has no variants and no --endpoint was given")
+    quality = quality_per_variant(cfg, cells, report_)
+    live = [c for c in cells if not c.pruned]
+    echo(
+        f"{len(cells)} cells: {len(live)} to measure, {len(cells) - len(live)} pruned"
+        + (f" (fit checked against {gpu.name})" if gpu else " (no GPU named or present: fit not checked)")
+    )
+    for c in cells:
+        if c.pruned:
+            echo(f"  pruned {c.name}: {c.pruned}")
+
+    def measure(c: space.Cell, say) -> dict[str, Any]:
+        if c.url is None:
+            return measure_local(cfg, c, m, report_, say)
+        return measure_remote(c, m, opts.api_key, say)
+
+    docs, not_run = measure_cells(live, measure, opts.budget_s, report_)
+    return finish(cfg, opts, m, cells, docs, quality, not_run, echo)
+
+
+def measure_cells(
+    live: list[space.Cell],
+    measure: Callable[[space.Cell, Callable[[str], None]], dict[str, Any]],
+    budget_s: float | None,
+    report_: Reporter,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each cell measured in turn (a failed one is recorded and skipped), with a progress bar, the time
+    left estimated from the cells measured so far (cached ones take no time), and `budget_s` respected:
+    a cell is not started when the time spent plus one cell's would pass it."""
+    docs: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    spent: list[float] = []
+    started = time.perf_counter()
+    with report_.task("tune", len(live)) as advance:
+        for i, c in enumerate(live, start=1):
+            elapsed = time.perf_counter() - started
+            guess = sum(spent) / len(spent) if spent else 0.0
+            if budget_s is not None and elapsed + guess > budget_s:
+                not_run.append(c.name)
+                advance()
+                continue
+            t0 = time.perf_counter()
+            say = lambda msg, c=c: report_.stage("tune", c.name, msg)  # noqa: E731
+            try:
+                doc = measure(c, say)
+            except LpxError as exc:
+                c.pruned = f"failed: {exc.message}"
+                report_.warn(f"cell {c.name} failed, the tune goes on: {exc.message}")
+                advance()
+                continue
+            advance()
+            if not doc["cached"]:
+                spent.append(time.perf_counter() - t0)
+            docs.append(doc)
+            left = len(live) - i
+            eta = (sum(spent) / len(spent)) * left if spent else 0.0
+            figures = ", ".join(f"{k}: {v['goodput_rps']:.3g} req/s" for k, v in doc["slo"].items())
+            report_.stage(
+                "tune",
+                c.name,
+                f"{'[green]cached[/green]' if doc['cached'] else 'measured'} - goodput {figures}"
+                + (f"; {left} cell(s) left, about {_duration(eta)}" if left else ""),
+            )
+    return docs, not_run
+
+
+def finish(cfg, opts, m, cells, docs, quality, not_run, echo) -> dict[str, Any]:
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    parts: dict[str, Any] = {}
+    for n, slo in enumerate(m.slos, start=1):
+        label = slo_label(slo)
+        rows = [answer.row(d, label, quality.get(d["cell"]["variant"])) for d in docs]
+        rows.sort(key=lambda r: -r["goodput_rps"])
+        chosen = answer.best(rows)
+        part: dict[str, Any] = {"rows": rows, "front": answer.pareto(rows), "best": chosen, "config": None}
+        if chosen:
+            text = answer.tuned_config(cfg, chosen, label, ["written by lpx tune"])
+            if text:
+                path = out / ("lpx.tuned.yaml" if len(m.slos) == 1 else f"lpx.tuned-{n}.yaml")
+                path.write_text(text)
+                part["config"] = str(path)
+        parts[label] = part
+    doc = {
+        "model": cfg.model.name,
+        "measurement": m.key_inputs(),
+        "slos": parts,
+        "cells": docs,
+        "pruned": [{"cell": c.name, "reason": c.pruned} for c in cells if c.pruned],
+        "not_run": not_run,
+        "notes": [
+            "local cells are measured on the tensorrt_llm model over gRPC with token ids"
+            + (
+                " (output length forced with min_tokens)" if any(d.get("output_forced") for d in docs) else ""
+            ),
+            "memory: the GPUs' used memory, or on a CPU the resident memory of tritonserver and its models",
+        ]
+        + (
+            ["remote endpoints: OpenAI completions, prompt lengths approximate, output not forced"]
+            if opts.endpoints
+            else []
+        ),
+        "environment": bench_report.environment(),
+        "finished_at": time.time(),
+    }
+    doc["plots"] = [str(p) for p in report.plots(doc, out)]
+    (out / "tune.json").write_text(json.dumps(doc, indent=1, default=float))
+    (out / "tune.md").write_text(report.markdown(doc))
+    echo(report.markdown(doc))
+    echo(f"Wrote {out}/tune.md, tune.json, {len(doc['plots'])} plot(s)")
+    return doc

@@ -1,0 +1,189 @@
+"""The goodput search of one cell: rising load until the SLO breaks.
+
+A level passes when at least `attainment` of its requests (failed ones count against it) met every SLO
+bound. The search:
+  1. closed loop at concurrency 1, 2, 4, ... until a level fails (or max_concurrency passes);
+  2. bisection between the last passing and the first failing concurrency: the knee concurrency;
+  3. Poisson arrivals: bisection on the rate, from the knee's request rate down, for the highest rate
+     that passes (`rate_steps` levels). Random arrivals queue where a closed loop never does, so this
+     is what a server meets under real traffic: the cell's goodput at the SLO is that rate times the
+     share of its requests that met the SLO (requests/s meeting the SLO while arriving at that rate; a
+     level's own good/wall would also count the drain of its last requests, which a short level
+     overweights).
+`measure(kind, load)` runs one level ("closed", concurrency) or ("poisson", rate) and returns
+pipeline.bench.metrics.summarize's dict; the search itself is pure, so tests can drive it with any
+function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Summary = dict[str, Any]
+Measure = Callable[[str, float], Summary]
+
+
+@dataclass
+class SearchSettings:
+    attainment: float = 0.9
+    max_concurrency: int = 256
+    rate_steps: int = 4
+    bisect_steps: int = 3  # closed-loop bisection levels at most
+
+
+@dataclass
+class Level:
+    kind: str  # "closed" | "poisson"
+    load: float  # concurrency or requests/s
+    passed: bool
+    attainment: float
+    summary: Summary
+
+    @property
+    def goodput_rps(self) -> float:
+        """Requests/s that met the SLO: closed loop, good requests over the level's wall time; Poisson,
+        the offered rate times the share that met it."""
+        if self.kind == "poisson":
+            return self.load * self.attainment
+        return float(self.summary.get("goodput_rps") or 0.0)
+
+    def brief(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "kind": self.kind,
+            "load": self.load,
+            "passed": self.passed,
+            "attainment": round(self.attainment, 4),
+            "goodput_rps": self.goodput_rps,
+            "requests_per_s": s.get("requests_per_s"),
+            "output_tokens_per_s": s.get("output_tokens_per_s"),
+            "ttft_ms": s.get("ttft_ms"),
+            "itl_ms": s.get("itl_ms"),
+            "e2e_ms": s.get("e2e_ms"),
+            "tokens_per_s_per_user": s.get("tokens_per_s_per_user"),
+            "failed": s.get("failed"),
+            "errors": s.get("errors"),
+        }
+
+
+@dataclass
+class SearchResult:
+    levels: list[Level] = field(default_factory=list)
+    knee_concurrency: int | None = None  # highest passing concurrency
+    knee: Level | None = None  # the closed-loop level at it
+    best_rate: Level | None = None  # the highest passing Poisson level
+    reason: str | None = None  # why nothing passed
+
+    @property
+    def goodput_rps(self) -> float:
+        """Requests/s meeting the SLO at the highest Poisson rate that passed (the closed-loop knee's
+        when no Poisson level ran); 0 when nothing passed."""
+        level = self.best_rate or self.knee
+        return level.goodput_rps if level else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "goodput_rps": self.goodput_rps,
+            "knee_concurrency": self.knee_concurrency,
+            "knee": self.knee.brief() if self.knee else None,
+            "best_rate": self.best_rate.brief() if self.best_rate else None,
+            "reason": self.reason,
+            "levels": [lv.brief() for lv in self.levels],
+        }
+
+
+def attainment(summary: Summary) -> float:
+    """Share of a level's requests that met the SLO; failed requests count as misses."""
+    n = summary.get("requests") or 0
+    good = summary.get("good_requests")
+    if good is None:  # no SLO given: every successful request counts
+        good = summary.get("succeeded") or 0
+    return good / n if n else 0.0
+
+
+def search(
+    measure: Measure, settings: SearchSettings, say: Callable[[str], None] = lambda _m: None
+) -> SearchResult:
+    out = SearchResult()
+
+    def level(kind: str, load: float) -> Level:
+        s = measure(kind, load)
+        a = attainment(s)
+        lv = Level(kind, load, a >= settings.attainment and (s.get("succeeded") or 0) > 0, a, s)
+        out.levels.append(lv)
+        unit = "" if kind == "closed" else "/s"
+        say(
+            f"{kind} {load:g}{unit}: {a:.0%} met the SLO, goodput {lv.goodput_rps:.2f} req/s "
+            f"- {'pass' if lv.passed else 'FAIL'}"
+        )
+        return lv
+
+    # 1. doubling concurrency
+    good: Level | None = None
+    bad: Level | None = None
+    c = 1
+    while c <= settings.max_concurrency:
+        lv = level("closed", c)
+        if not lv.passed:
+            bad = lv
+            break
+        good = lv
+        if c == settings.max_concurrency:
+            break
+        c = min(c * 2, settings.max_concurrency)
+    if good is None:
+        first = out.levels[0].summary
+        ttft = (first.get("ttft_ms") or {}).get("p50")
+        itl = (first.get("itl_ms") or {}).get("p50")
+        out.reason = (
+            f"the SLO is not met even by one request at a time ({out.levels[0].attainment:.0%} met it; "
+            f"TTFT p50 {ttft if ttft is None else round(ttft, 1)} ms, ITL p50 {itl if itl is None else round(itl, 1)} ms"
+            + (f"; errors: {first.get('errors')[:1]}" if first.get("failed") else "")
+            + ")"
+        )
+        return out
+    # 2. bisection between the last passing and the first failing concurrency
+    steps = 0
+    while bad is not None and bad.load - good.load > 1 and steps < settings.bisect_steps:
+        mid = int((good.load + bad.load) // 2)
+        lv = level("closed", mid)
+        if lv.passed:
+            good = lv
+        else:
+            bad = lv
+        steps += 1
+    out.knee, out.knee_concurrency = good, int(good.load)
+    if bad is None:
+        out.reason = (
+            f"the SLO still held at concurrency {out.knee_concurrency} (tune.max_concurrency): the knee is "
+            "above it - raise tune.max_concurrency and the cell's max_batch_size to find it"
+        )
+    # 3. Poisson rate: bisection below the knee's request rate
+    if settings.rate_steps <= 0:
+        return out
+    hi = float(good.summary.get("requests_per_s") or 0.0)
+    if bad is not None:  # the failing level's rate bounds the knee from above too
+        hi = max(hi, float(bad.summary.get("requests_per_s") or 0.0))
+    if hi <= 0:
+        return out
+    lo = 0.0
+    rate = hi
+    for _ in range(settings.rate_steps):
+        lv = level("poisson", round(rate, 4))
+        if lv.passed:
+            lo = rate
+            if out.best_rate is None or rate > out.best_rate.load:
+                out.best_rate = lv
+            if lo >= hi:
+                break
+        else:
+            hi = rate
+        rate = (lo + hi) / 2 if lo > 0 else hi / 2
+    if out.best_rate is None:
+        out.reason = (
+            f"closed loop passed up to concurrency {out.knee_concurrency}, but no Poisson rate down to "
+            f"{hi:.3g}/s met the SLO: random arrivals queue - lower the load or relax the SLO"
+        )
+    return out
