@@ -154,7 +154,7 @@ def ensure_checkpoint(dest: Path | None = None) -> Path:
 # `lpx init DIR --tune`: the demo with a second variant and a small `lpx tune` search (CPU minutes)
 TUNE_VARIANT = {"name": "bf16", "quantization": {"format": "none", "kv_cache": "none"}}
 TUNE_SECTION = {
-    "slo": "ttft=1s,itl=150ms",
+    "slo": "ttft=500ms,itl=50ms",
     "input_len": 64,
     "output_len": 32,
     "requests_per_level": 16,

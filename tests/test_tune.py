@@ -274,3 +274,24 @@ def test_tune_picks_the_cell_with_the_most_goodput_and_finds_its_knee(tmp_path):
     assert [v.name for v in tuned.variants] == ["wide"] and tuned.build.max_batch_size == 4
     assert (tmp_path / "out" / "tune.md").read_text().count("| wide b4 t256 |") == 1
     assert {p.split("/")[-1] for p in doc["plots"]} == {"goodput-1.png", "front-1.png"}
+
+
+def test_dataset_prompts_become_the_models_token_ids_cut_to_the_build(tmp_path, demo_config):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from pipeline.bench.load import _tensors
+    from pipeline.tune.run import dataset_prompts
+
+    cfg = load_config(demo_config)
+    cfg.build.max_input_len, cfg.build.max_seq_len = 16, 40
+    texts = ["Bread is made of flour and water and salt and time and patience and heat.", "Tea?", ""]
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": t}) for t in texts))
+    info, ids = dataset_prompts(cfg, data, "prompt", 32)
+    tok = AutoTokenizer.from_pretrained(cfg.model.checkpoint)
+    assert info["prompts"] == 2 and info["cut_to"] == 8  # max_seq_len 40 - 32 output tokens
+    assert [list(i) for i in ids] == [tok(t)["input_ids"][:8] for t in texts[:2]]
+    spec = LoadSpec(url="-", model="tensorrt_llm", prompt_ids=ids)
+    sent = {tuple(_tensors(spec, np.random.default_rng(s))[0]["input_ids"][1][0]) for s in range(20)}
+    assert sent == {tuple(i) for i in ids}

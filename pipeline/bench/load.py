@@ -37,6 +37,11 @@ class LoadSpec:
     prompts: tuple[
         str, ...
     ] = ()  # a dataset's prompts (text models): drawn at random instead of synthetic text
+    prompt_ids: tuple[np.ndarray, ...] = field(  # a dataset's prompts as token ids (tensorrt_llm): drawn
+        default=(),
+        repr=False,
+        compare=False,  # at random instead of synthetic ids
+    )
     on_done: Callable[[Record], None] | None = field(default=None, repr=False, compare=False)  # progress hook
     count_tokens: bool = False  # text models: ask for num_output_tokens (set when the model declares it)
     count_input: bool = (
@@ -119,7 +124,10 @@ def _tensors(spec: LoadSpec, rng: np.random.Generator) -> tuple[Tensors, Record]
     if spec.count_input:
         flags["return_num_input_tokens"] = ("BOOL", np.array([[True]]))
     if spec.model == ENGINE:
-        ids = prompt_ids(spec, rng, isl)
+        if spec.prompt_ids:
+            ids, isl = spec.prompt_ids[int(rng.integers(len(spec.prompt_ids)))], 0
+        else:
+            ids = prompt_ids(spec, rng, isl)
         rec.isl, rec.input_tokens, rec.input_counted_by = isl, int(ids.size), "input_ids"
         return {
             "input_ids": ("INT32", ids[None, :]),

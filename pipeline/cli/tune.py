@@ -24,6 +24,15 @@ from .options import config_option, variant_option
 @click.option(
     "--osl", type=click.IntRange(1), default=None, help="Output tokens per request (tune.output_len)."
 )
+@click.option(
+    "--dataset",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Prompts from a .txt (one per paragraph) or .jsonl file instead of --isl synthetic ones.",
+)
+@click.option(
+    "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
+)
 @click.option("--requests", type=click.IntRange(4), default=None, help="Requests per load level.")
 @click.option("--budget", default=None, help="Stop starting cells after this long, e.g. 2h, 90m.")
 @click.option(
@@ -45,7 +54,19 @@ from .options import config_option, variant_option
     help="Folder for tune.md, tune.json, the plots and lpx.tuned.yaml.",
 )
 def tune(
-    config_path, variants, slos, isl, osl, requests, budget, endpoints, endpoints_only, api_key, out
+    config_path,
+    variants,
+    slos,
+    isl,
+    osl,
+    dataset,
+    dataset_field,
+    requests,
+    budget,
+    endpoints,
+    endpoints_only,
+    api_key,
+    out,
 ) -> None:
     """Search the config's variants x a grid of build limits (tune.grid, else around what `lpx plan`
     says fits) for the most goodput at an SLO: each cell is built, served and loaded at rising
@@ -77,6 +98,8 @@ def tune(
             budget_s=parse_budget(budget),
             api_key=api_key,
             variants=list(variants),
+            dataset=dataset,
+            dataset_field=dataset_field,
         ),
         report,
         click.echo,

@@ -37,9 +37,15 @@ class Measurement:
     warmup: int = 4
     seed: int = 0
     search: SearchSettings = field(default_factory=SearchSettings)
+    dataset: dict[str, Any] | None = (
+        None  # {"path", "sha256", "prompts", "isl_mean"}: prompts instead of input_len
+    )
+    prompt_ids: tuple = field(default=(), repr=False)  # the dataset's prompts as token ids
 
     def key_inputs(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("prompt_ids")  # the dataset's sha256 stands for them
+        return out
 
 
 def slo_label(slo: dict[str, float]) -> str:
@@ -149,6 +155,7 @@ def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Cal
             output_len=m.output_len,
             vocab=_vocab(cfg),
             seed=m.seed,
+            prompt_ids=m.prompt_ids,
         )
         declared = model_inputs(spec) or set()
         spec.force_output = "min_tokens" in declared

@@ -15,10 +15,15 @@ def _f(v: Any, fmt: str = "{:.3g}") -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     m = doc["measurement"]
+    inputs = (
+        f"prompts of {m['dataset']['path']} ({m['dataset']['prompts']}, {m['dataset']['isl_mean']:g} tokens on average)"
+        if m.get("dataset")
+        else f"{m['input_len']} input tokens"
+    )
     lines = [
         f"# lpx tune: {doc['model']}",
         "",
-        f"{m['input_len']} input / {m['output_len']} output tokens per request, {m['requests']} requests per "
+        f"{inputs} / {m['output_len']} output tokens per request, {m['requests']} requests per "
         f"level, a level passes when {m['search']['attainment']:.0%} of its requests meet the SLO. "
         f"Goodput: requests/s meeting the SLO at the highest Poisson rate that passed. Machine: "
         f"{', '.join(doc['environment'].get('gpus') or []) or 'no GPU'} ({doc['environment'].get('host')}).",

@@ -31,6 +31,8 @@ class Options:
     budget_s: float | None = None
     api_key: str | None = None
     variants: list[str] = field(default_factory=list)
+    dataset: Path | None = None
+    dataset_field: str = "prompt"
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -45,6 +47,33 @@ def parse_budget(text: str | None) -> float | None:
 
 def _duration(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def dataset_prompts(cfg: Config, path: Path, field_name: str, output_len: int) -> tuple[dict, tuple]:
+    """A dataset's prompts as the model's token ids (chat-free, special tokens as the tokenizer adds
+    them), each cut to what the build leaves for them: max_input_len and max_seq_len - output_len."""
+    import hashlib
+
+    import numpy as np
+
+    from ..stages.quantize.model_io import load_tokenizer
+    from ..texts import read_texts
+
+    texts, raw = read_texts(path, field_name, "--dataset", "--dataset-field")
+    limit = min(cfg.build.max_input_len, cfg.build.max_seq_len - output_len)
+    tok = load_tokenizer(cfg)
+    ids = tuple(np.asarray(tok(text)["input_ids"][:limit], dtype=np.int32) for text in texts if text.strip())
+    ids = tuple(i for i in ids if i.size)
+    if not ids:
+        raise UsageError(f"--dataset: {path} holds no prompts")
+    info = {
+        "path": str(path),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "prompts": len(ids),
+        "isl_mean": round(float(np.mean([i.size for i in ids])), 1),
+        "cut_to": limit,
+    }
+    return info, ids
 
 
 def quality_per_variant(cfg: Config, cells: list[space.Cell], report_: Reporter) -> dict[str, dict]:
@@ -86,6 +115,8 @@ def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print
             attainment=t.attainment, max_concurrency=t.max_concurrency, rate_steps=t.rate_steps
         ),
     )
+    if opts.dataset is not None:
+        m.dataset, m.prompt_ids = dataset_prompts(cfg, opts.dataset, opts.dataset_field, t.output_len)
     if opts.variants:
         cfg = cfg.model_copy(update={"variants": cfg.select(opts.variants)})
     cells: list[space.Cell] = []
