@@ -105,36 +105,21 @@ def test_the_search_finds_the_exact_models_knees():
 
 
 def test_pareto_and_best():
+    def cell(name: str, goodput: float, kl: float, memory: float, batch: int) -> dict:
+        return {
+            "cell": name,
+            "goodput_rps": goodput,
+            "kl_mean": kl,
+            "memory_gib": memory,
+            "limits": {"max_batch_size": batch},
+        }
+
     rows = [
-        {
-            "cell": "a",
-            "goodput_rps": 10.0,
-            "kl_mean": 0.01,
-            "memory_gib": 8.0,
-            "limits": {"max_batch_size": 8},
-        },
-        {
-            "cell": "b",
-            "goodput_rps": 12.0,
-            "kl_mean": 0.05,
-            "memory_gib": 8.0,
-            "limits": {"max_batch_size": 16},
-        },
-        {
-            "cell": "c",
-            "goodput_rps": 9.0,
-            "kl_mean": 0.02,
-            "memory_gib": 9.0,
-            "limits": {"max_batch_size": 8},
-        },
-        {
-            "cell": "d",
-            "goodput_rps": 12.0,
-            "kl_mean": 0.05,
-            "memory_gib": 6.0,
-            "limits": {"max_batch_size": 32},
-        },
-        {"cell": "e", "goodput_rps": 0.0, "kl_mean": 0.0, "memory_gib": 1.0, "limits": {"max_batch_size": 1}},
+        cell("a", 10.0, 0.01, 8.0, 8),
+        cell("b", 12.0, 0.05, 8.0, 16),
+        cell("c", 9.0, 0.02, 9.0, 8),
+        cell("d", 12.0, 0.05, 6.0, 32),
+        cell("e", 0.0, 0.0, 1.0, 1),
     ]
     assert answer.pareto(rows) == ["a", "d"]  # b: d has as much goodput in less memory; c: a beats it
     assert answer.best(rows)["cell"] == "d"  # the tie on goodput goes to less memory

@@ -20,3 +20,12 @@ force_option = click.option("--force", is_flag=True, help="Re-run the stage even
 skip_gate_option = click.option(
     "--skip-gate", is_flag=True, help="Build variants that fail quality_gate (with a warning)."
 )
+dataset_option = click.option(
+    "--dataset",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Prompts from a local .txt (one per paragraph) or .jsonl file.",
+)
+dataset_field_option = click.option(
+    "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
+)

@@ -9,6 +9,7 @@ import click
 
 from ..facts.models import PRESETS
 from ..facts.trtllm import BUILD_LINES, LINES
+from .options import dataset_field_option, dataset_option
 
 
 @click.command("bench")
@@ -86,15 +87,8 @@ from ..facts.trtllm import BUILD_LINES, LINES
     help="> 0: input lengths drawn per request from a normal distribution around --input-len.",
 )
 @click.option("--output-len-std", type=float, default=0.0, show_default=True)
-@click.option(
-    "--dataset",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Prompts from a local .txt (one per paragraph) or .jsonl file (text models only).",
-)
-@click.option(
-    "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
-)
+@dataset_option
+@dataset_field_option
 @click.option(
     "--vocab",
     default="100,30000",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .options import config_option, variant_option
+from .options import config_option, dataset_field_option, dataset_option, variant_option
 
 
 @click.command("tune")
@@ -24,15 +24,8 @@ from .options import config_option, variant_option
 @click.option(
     "--osl", type=click.IntRange(1), default=None, help="Output tokens per request (tune.output_len)."
 )
-@click.option(
-    "--dataset",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Prompts from a .txt (one per paragraph) or .jsonl file instead of --isl synthetic ones.",
-)
-@click.option(
-    "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
-)
+@dataset_option
+@dataset_field_option
 @click.option("--requests", type=click.IntRange(4), default=None, help="Requests per load level.")
 @click.option("--budget", default=None, help="Stop starting cells after this long, e.g. 2h, 90m.")
 @click.option(
