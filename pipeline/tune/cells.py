@@ -53,15 +53,19 @@ def slo_label(slo: dict[str, float]) -> str:
 
 
 def level_runner(spec: LoadSpec, m: Measurement) -> Callable[[str, float], Run]:
-    """(kind, load) -> the Run of that level; each load is measured once and shared by every SLO."""
+    """(kind, load) -> the Run of that level; each load is measured once and shared by every SLO. A level
+    counts at least twice as many requests as the highest concurrency tried so far, so a level at
+    concurrency c (or a Poisson rate near its knee) fills c slots more than once."""
     runs: dict[tuple[str, float], Run] = {}
+    most = [1]
 
     def run(kind: str, load: float) -> Run:
         if (kind, load) not in runs:
             if kind == "closed":
-                runs[kind, load] = run_closed(spec, int(load), m.requests, None, m.warmup)
+                most[0] = max(most[0], int(load))
+                runs[kind, load] = run_closed(spec, int(load), max(m.requests, 2 * int(load)), None, m.warmup)
             else:
-                runs[kind, load] = run_open(spec, load, m.requests, 1.0, m.warmup)
+                runs[kind, load] = run_open(spec, load, max(m.requests, 2 * most[0]), 1.0, m.warmup)
         return runs[kind, load]
 
     return run
@@ -133,6 +137,12 @@ def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Cal
     from ..stages.serve.selection import choose
 
     ccfg = cell_config(cfg, cfg.variant(cell.variant), cell.limits)
+    if ccfg.build.target != "torch":  # build only for the GPU here: the cell is measured on it
+        from ..facts.gpu import detect_gpu
+
+        present = detect_gpu()
+        if present is not None and present.arch in ccfg.build.archs:
+            ccfg.build.archs = [present.arch]
     runner = Runner(ccfg, report, skip_gate=True)  # the gate was applied before any cell was built
     outcome = runner.run(ccfg.variants, "repo")[0]
     picked = choose(outcome)
