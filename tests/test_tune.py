@@ -280,3 +280,25 @@ def test_dataset_prompts_become_the_models_token_ids_cut_to_the_build(tmp_path, 
     spec = LoadSpec(url="-", model="tensorrt_llm", prompt_ids=ids)
     sent = {tuple(_tensors(spec, np.random.default_rng(s))[0]["input_ids"][1][0]) for s in range(20)}
     assert sent == {tuple(i) for i in ids}
+
+
+def test_the_rate_search_climbs_when_the_closed_loop_undershoots_and_reports_zero_when_nothing_passes():
+    """Closed loop: concurrency <= 4 passes at 5 req/s per slot (20 req/s at the knee). Poisson passes
+    below `knee` req/s. Above the closed loop's rate the search climbs by half, then bisects."""
+
+    def measure(knee: float):
+        def run(kind: str, load: float) -> dict:
+            ok = load <= 4 if kind == "closed" else load < knee
+            rps = 5.0 * min(load, 4) if kind == "closed" else load
+            return {"requests": 20, "succeeded": 20, "good_requests": 20 if ok else 0, "requests_per_s": rps}
+
+        return run
+
+    settings = SearchSettings(attainment=0.9, max_concurrency=64, rate_steps=6)
+    result = search(measure(27.0), settings)
+    assert result.knee_concurrency == 4
+    loads = [lv.load for lv in result.levels if lv.kind == "poisson"]
+    assert loads[:2] == [20.0, 30.0]  # passed at the closed loop's rate: one step up, which fails
+    assert 26.0 <= result.best_rate.load < 27.0 and result.goodput_rps == result.best_rate.load
+    nothing = search(measure(0.0), settings)
+    assert nothing.knee_concurrency == 4 and nothing.goodput_rps == 0 and "no Poisson rate" in nothing.reason

@@ -4,8 +4,9 @@ A level passes when at least `attainment` of its requests (failed ones count aga
 bound. The search:
   1. closed loop at concurrency 1, 2, 4, ... until a level fails (or max_concurrency passes);
   2. bisection between the last passing and the first failing concurrency: the knee concurrency;
-  3. Poisson arrivals: bisection on the rate, from the knee's request rate down, for the highest rate
-     that passes (`rate_steps` levels). Random arrivals queue where a closed loop never does, so this
+  3. Poisson arrivals: from the highest request rate the closed loop reached, up by half while levels
+     pass, then bisection between the highest passing and the lowest failing rate (`rate_steps` levels
+     in all), for the highest rate that passes. Random arrivals queue where a closed loop never does, so this
      is what a server meets under real traffic: the cell's goodput at the SLO is that rate times the
      share of its requests that met the SLO (requests/s meeting the SLO while arriving at that rate; a
      level's own good/wall would also count the drain of its last requests, which a short level
@@ -80,7 +81,8 @@ class SearchResult:
     def goodput_rps(self) -> float:
         """Requests/s meeting the SLO at the highest Poisson rate that passed (the closed-loop knee's
         when no Poisson level ran); 0 when nothing passed."""
-        level = self.best_rate or self.knee
+        ran_poisson = any(lv.kind == "poisson" for lv in self.levels)
+        level = self.best_rate if ran_poisson else self.knee
         return level.goodput_rps if level else 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -160,7 +162,7 @@ def search(
             f"the SLO still held at concurrency {out.knee_concurrency} (tune.max_concurrency): the knee is "
             "above it - raise tune.max_concurrency and the cell's max_batch_size to find it"
         )
-    # 3. Poisson rate: bisection below the knee's request rate
+    # 3. Poisson rate: from the closed loop's highest request rate, up while passing, then bisection
     if settings.rate_steps <= 0:
         return out
     hi = float(good.summary.get("requests_per_s") or 0.0)
@@ -168,22 +170,27 @@ def search(
         hi = max(hi, float(bad.summary.get("requests_per_s") or 0.0))
     if hi <= 0:
         return out
-    lo = 0.0
-    rate = hi
+    lo, top, rate = 0.0, None, hi  # top: the lowest failing rate seen
     for _ in range(settings.rate_steps):
         lv = level("poisson", round(rate, 4))
         if lv.passed:
             lo = rate
             if out.best_rate is None or rate > out.best_rate.load:
                 out.best_rate = lv
-            if lo >= hi:
-                break
         else:
-            hi = rate
-        rate = (lo + hi) / 2 if lo > 0 else hi / 2
+            top = rate
+        if top is None:  # everything passed so far: the knee is higher
+            rate *= 1.5
+        else:
+            rate = (lo + top) / 2 if lo > 0 else top / 2
+    if top is None and out.best_rate is not None:
+        out.reason = (
+            f"every Poisson rate up to {out.best_rate.load:.3g}/s met the SLO: the knee is higher - raise "
+            "tune.rate_steps to find it"
+        )
     if out.best_rate is None:
         out.reason = (
             f"closed loop passed up to concurrency {out.knee_concurrency}, but no Poisson rate down to "
-            f"{hi:.3g}/s met the SLO: random arrivals queue - lower the load or relax the SLO"
+            f"{rate * 2:.3g}/s met the SLO: random arrivals queue - lower the load or relax the SLO"
         )
     return out
