@@ -191,7 +191,8 @@ def measure_cells(
                 "tune",
                 c.name,
                 f"{'[green]cached[/green]' if doc['cached'] else 'measured'} - goodput {figures}"
-                + (f"; {left} cell(s) left, about {_duration(eta)}" if left else ""),
+                + (f"; {left} cell(s) left" if left else "")
+                + (f", about {_duration(eta)}" if left and spent else ""),
             )
     return docs, not_run
 
