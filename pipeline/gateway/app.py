@@ -98,7 +98,8 @@ class Gateway:
 
 
 def create_app(settings: GatewaySettings) -> Any:
-    """The ASGI application: FastAPI's routes inside the Gate middleware (keys, limits, log, metrics)."""
+    """The ASGI application inside the Gate middleware (keys, limits, log, metrics): the generation
+    routes' POSTs straight to their endpoints, everything else through FastAPI."""
     gw = Gateway(settings)
 
     @asynccontextmanager
