@@ -154,6 +154,8 @@ def create_app(settings: GatewaySettings) -> Any:
         "/v1/completions": GenerationRoute(gw, CompletionRequest, chat=False),
         "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, chat=True),
     }
+    for path, endpoint in fast.items():  # registered too, so that FastAPI answers another method's 405
+        app.router.add_route(path, endpoint, ["POST"])
 
     async def dispatch(scope: dict, receive: Any, send: Any) -> None:
         route = fast.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
