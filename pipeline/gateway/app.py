@@ -146,8 +146,8 @@ def create_app(settings: GatewaySettings) -> Any:
             raise model_mismatch(model_id, settings.model_name)
         return model_card()
 
-    # A POST to one of the two generation routes skips FastAPI's stack (its router and its seven
-    # middleware layers, each a coroutine and a wrapped send per request) and goes straight to a plain
+    # A POST to one of the two generation routes skips FastAPI's stack (its router and its middleware
+    # layers, each a coroutine and often a wrapped send per request) and goes straight to a plain
     # ASGI endpoint that validates the body with pydantic from the JSON bytes and answers its own errors
     # in the same shape; any other method on those paths still gets FastAPI's 405.
     fast = {
