@@ -5,12 +5,15 @@
     tokens, the four paths taken in turn each round so drift hits all alike; p50 and p90 of each path
     and their difference to the direct path. The same gateway-vs-direct comparison again over a toy
     `tensorrt_llm` that answers at once (pipeline/bench/toy.py with zero delays), where nothing but the
-    transport is measured.
+    transport is measured; there also against the one-message server-streaming call the gateway itself
+    makes (what is left is the gateway's own cost, HTTP included).
 (b) The gateway's streaming ceiling over that toy: closed-loop streamed /v1/completions at each
     --concurrency level; streamed tokens (the usage each answer reports) per second of CPU the gateway
     process used (psutil), i.e. tokens per second per gateway CPU core, and per wall second. Beside it,
     the floor of any gRPC client on this machine: the same streams read straight from Triton by a bare
-    grpc.aio loop (tokens per second of that client's CPU).
+    grpc.aio loop making the gateway's call (tokens per second of that client's CPU).
+
+Clients and helpers: scripts/gateway_clients.py.
 
 Clients: grpc.aio raw stubs for Triton (as lpx bench does), aiohttp for the gateway (SSE), all in this
 process; the gateway, Triton and this client share the machine's cores.
@@ -34,226 +37,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from gateway_clients import (  # noqa: E402  (scripts/ is put on the path just above)
+    GatewayPath,
+    TritonPath,
+    gather_limited,
+    http_floor,
+    show,
+    table,
+    ttfts,
+)
+
 PROMPT = "Bread is made from flour, water and salt, and"
 MODEL = "bench"
-
-
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs), q * 100))
-
-
-# -- clients ---------------------------------------------------------------------------------------
-def _has_output(resp) -> bool:
-    """A response carrying tokens: output_ids (INT32, 4 bytes each) or text (BYTES: 4-byte length + text)."""
-    for out, raw in zip(resp.outputs, resp.raw_output_contents, strict=False):
-        if (out.name == "output_ids" and len(raw) >= 4) or (out.name == "text_output" and len(raw) > 4):
-            return True
-    return False
-
-
-class TritonPath:
-    """One streamed request to a Triton model over grpc.aio; TTFT = first response carrying output."""
-
-    def __init__(self, url: str, model: str, arrays: dict[str, np.ndarray]) -> None:
-        import grpc
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-        from pipeline.bench.senders import _bytes_tensor
-
-        self.channel = grpc.aio.insecure_channel(url, options=[("grpc.enable_http_proxy", 0)])
-        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
-        self.req = service_pb2.ModelInferRequest(model_name=model)
-        kinds = {"object": "BYTES", "int32": "INT32", "bool": "BOOL", "float32": "FP32"}
-        for name, arr in arrays.items():
-            kind = kinds[arr.dtype.name]
-            self.req.inputs.add(name=name, datatype=kind, shape=list(arr.shape))
-            self.req.raw_input_contents.append(_bytes_tensor(arr) if kind == "BYTES" else arr.tobytes())
-        self.req.parameters["triton_enable_empty_final_response"].bool_param = True
-
-    async def ttft(self) -> float:
-        from grpc.aio import EOF
-
-        t0 = time.perf_counter()
-        first = None
-        call = self.stub.ModelStreamInfer()
-        await call.write(self.req)
-        while (msg := await call.read()) is not EOF:
-            if msg.error_message:
-                raise RuntimeError(msg.error_message)
-            resp = msg.infer_response
-            if first is None and _has_output(resp):
-                first = time.perf_counter() - t0
-            if resp.parameters["triton_final_response"].bool_param:
-                await call.done_writing()
-                break
-        if first is None:
-            raise RuntimeError("no output")
-        return first
-
-    async def count_tokens(self) -> int:
-        """A whole streamed answer read as it comes; its tokens (output_ids of every response)."""
-        from grpc.aio import EOF
-
-        tokens = 0
-        call = self.stub.ModelStreamInfer()
-        await call.write(self.req)
-        while (msg := await call.read()) is not EOF:
-            resp = msg.infer_response
-            for out, raw in zip(resp.outputs, resp.raw_output_contents, strict=False):
-                if out.name == "output_ids":
-                    tokens += len(raw) // 4
-            if resp.parameters["triton_final_response"].bool_param:
-                await call.done_writing()
-                break
-        return tokens
-
-    async def close(self) -> None:
-        await self.channel.close()
-
-
-class GatewayPath:
-    """One streamed /v1/completions; TTFT = the first SSE chunk (it carries text)."""
-
-    def __init__(self, url: str, body: dict) -> None:
-        import aiohttp
-
-        self.session = aiohttp.ClientSession(trust_env=False, connector=aiohttp.TCPConnector(limit=0))
-        self.url, self.body = f"{url}/v1/completions", json.dumps(body).encode()
-
-    async def ttft(self) -> float:
-        t0 = time.perf_counter()
-        first = None
-        async with self.session.post(
-            self.url, data=self.body, headers={"Content-Type": "application/json"}
-        ) as r:
-            if r.status != 200:
-                raise RuntimeError(await r.text())
-            async for line in r.content:
-                if line.startswith(b"data:") and first is None:
-                    first = time.perf_counter() - t0
-        assert first is not None
-        return first
-
-    async def stream_tokens(self) -> int:
-        """A whole streamed answer; its tokens as usage reports them."""
-        tokens = 0
-        async with self.session.post(
-            self.url, data=self.body, headers={"Content-Type": "application/json"}
-        ) as r:
-            if r.status != 200:
-                raise RuntimeError(await r.text())
-            async for line in r.content:
-                if line.startswith(b"data: {") and b'"choices":[]' in line:  # the usage chunk
-                    tokens = json.loads(line[5:])["usage"]["completion_tokens"]
-        return tokens
-
-    async def close(self) -> None:
-        await self.session.close()
-
-
-async def ttfts(paths: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in paths}
-    for i in range(warmup + rounds):
-        for name, path in paths.items():
-            t = await path.ttft()
-            if i >= warmup:
-                out[name].append(t)
-    return out
-
-
-def table(samples: dict[str, list[float]], base: str) -> dict:
-    b50, b90 = pct(samples[base], 0.5), pct(samples[base], 0.9)
-    rows = {}
-    for name, xs in samples.items():
-        p50, p90 = pct(xs, 0.5), pct(xs, 0.9)
-        paired = [x - b for x, b in zip(xs, samples[base], strict=True)]  # same round, one after the other
-        rows[name] = {
-            "ttft_p50_ms": p50 * 1e3,
-            "ttft_p90_ms": p90 * 1e3,
-            "added_p50_ms": (p50 - b50) * 1e3,
-            "added_p90_ms": (p90 - b90) * 1e3,
-            "paired_added_median_ms": pct(paired, 0.5) * 1e3,
-            "n": len(xs),
-        }
-    return rows
-
-
-def show(title: str, rows: dict) -> None:
-    print(f"\n{title}")
-    print(
-        f"{'path':<22}{'TTFT p50 ms':>12}{'p90 ms':>9}{'added p50':>11}{'added p90':>11}{'paired median':>15}"
-    )
-    for name, r in rows.items():
-        print(
-            f"{name:<22}{r['ttft_p50_ms']:>12.3f}{r['ttft_p90_ms']:>9.3f}{r['added_p50_ms']:>11.3f}"
-            f"{r['added_p90_ms']:>11.3f}{r['paired_added_median_ms']:>15.3f}"
-        )
-
-
-async def gather_limited(fn, n: int, concurrency: int) -> list[int]:
-    """`n` calls of `fn` with `concurrency` always in flight (closed loop); their results."""
-    left, out = [n], []
-
-    async def worker() -> None:
-        while left[0] > 0:
-            left[0] -= 1
-            out.append(await fn())
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return out
-
-
-async def bare_sse_app(scope: dict, receive, send) -> None:
-    """The least an HTTP server can do for a streamed answer: read the body, send one event and [DONE]."""
-    if scope["type"] != "http":
-        return
-    await receive()
-    await send(
-        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
-    )
-    await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
-
-
-def _serve_bare(port: int) -> None:
-    import uvicorn
-
-    uvicorn.run(
-        bare_sse_app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning"
-    )
-
-
-def http_floor(rounds: int, warmup: int) -> dict:
-    """TTFT of a bare uvicorn SSE endpoint (same server stack and client as the gateway, no work): what
-    HTTP alone costs on this machine."""
-    import multiprocessing
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = multiprocessing.get_context("spawn").Process(target=_serve_bare, args=(port,), daemon=True)
-    proc.start()
-    try:
-
-        async def run() -> list[float]:
-            path = GatewayPath(f"http://127.0.0.1:{port}", {})
-            try:
-                for _ in range(100):
-                    try:
-                        await path.ttft()
-                        break
-                    except OSError:
-                        await asyncio.sleep(0.1)
-                return (await ttfts({"bare": path}, rounds, warmup))["bare"]
-            finally:
-                await path.close()
-
-        xs = asyncio.run(run())
-    finally:
-        proc.terminate()
-        proc.join(5)
-    return {"ttft_p50_ms": pct(xs, 0.5) * 1e3, "ttft_p90_ms": pct(xs, 0.9) * 1e3, "n": len(xs)}
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -362,12 +157,18 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
         async def ttft_part() -> None:
             paths = {
                 "direct tensorrt_llm": TritonPath(srv.grpc_url, "tensorrt_llm", engine_inputs(4)),
+                "direct, one-message call": TritonPath(
+                    srv.grpc_url, "tensorrt_llm", engine_inputs(4), unary=True
+                ),
                 "gateway": GatewayPath(
                     gw.url, {"model": MODEL, "prompt": ids, "max_tokens": 4, "stream": True}
                 ),
             }
             try:
-                out["ttft"] = table(await ttfts(paths, rounds, warmup), "direct tensorrt_llm")
+                samples = await ttfts(paths, rounds, warmup)
+                out["ttft"] = table(samples, "direct tensorrt_llm")
+                # the gateway over the very call it makes itself: its own cost, HTTP included
+                out["ttft_over_one_message_call"] = table(samples, "direct, one-message call")["gateway"]
             finally:
                 for p in paths.values():
                     await p.close()
@@ -382,7 +183,7 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
                 "stream_options": {"include_usage": True},
             }
             client = GatewayPath(gw.url, body)
-            bare = TritonPath(srv.grpc_url, "tensorrt_llm", engine_inputs(tokens))
+            bare = TritonPath(srv.grpc_url, "tensorrt_llm", engine_inputs(tokens), unary=True)
             try:
                 await gather_limited(client.stream_tokens, level, level)  # warm-up, not counted
                 cpu0, t0 = proc.cpu_times(), time.perf_counter()
@@ -416,6 +217,11 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
                 f"(a') toy tensorrt_llm (answers at once): TTFT of {rounds} sequential requests per path, 4 tokens",
                 out["ttft"],
             )
+            over = out["ttft_over_one_message_call"]
+            print(
+                f"gateway over the one-message call it makes: added p50 {over['added_p50_ms']:.3f} ms, "
+                f"paired median {over['paired_added_median_ms']:.3f} ms"
+            )
             for level in levels:
                 out["throughput"].append(asyncio.run(level_part(level)))
         finally:
@@ -423,7 +229,8 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
     print(
         f"\n(b) gateway streaming ceiling over the toy: {tokens}-token streamed completions, {per_level} x "
         "concurrency requests per level. bare gRPC: the same streams read straight from Triton by a grpc.aio "
-        "loop in this process (tokens per second of its CPU): the floor of any gRPC client here"
+        "loop in this process making the gateway's call (tokens per second of its CPU): the floor of any gRPC "
+        "client here"
     )
     print(
         f"{'concurrency':>11}{'requests':>10}{'tokens':>9}{'tok/gw-CPU-s':>14}{'tok/wall-s':>12}"

@@ -421,6 +421,10 @@ def test_chat_refusals_and_malformed_bodies(stack: Stack) -> None:
     assert chunked.status_code == 413, "a chunked body past the limit is refused too"
     resp = stack.http("GET", "/v1/nothing")
     assert resp.status_code == 404 and set(resp.json()["error"]) == {"message", "type", "param", "code"}
+    # POSTs to the generation routes skip FastAPI; another method still gets its 405, in OpenAI's shape
+    resp = stack.http("GET", "/v1/chat/completions")
+    assert resp.status_code == 405 and resp.json()["error"]["code"] == "method_not_allowed", resp.text
+    assert resp.headers["x-request-id"].startswith("req-")
 
 
 # -- keys and limits -------------------------------------------------------------------------------

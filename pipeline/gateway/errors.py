@@ -145,13 +145,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error on %s", request.url.path)
-        return _noted(
-            request,
-            ApiError(
-                500,
-                f"The gateway failed unexpectedly ({type(exc).__name__}: {exc}) - see its log; "
-                "this is a bug, please report it",
-                code="internal_error",
-            ),
-        )
+        return _noted(request, unexpected(exc, request.url.path))
+
+
+def unexpected(exc: BaseException, path: str) -> ApiError:
+    """A 500 for an error that is the gateway's own fault (logged with its traceback)."""
+    log.error("unexpected error on %s", path, exc_info=exc)
+    return ApiError(
+        500,
+        f"The gateway failed unexpectedly ({type(exc).__name__}: {exc}) - see its log; "
+        "this is a bug, please report it",
+        code="internal_error",
+    )
