@@ -110,31 +110,31 @@ class GatewayPath:
         self.session = aiohttp.ClientSession(trust_env=False, connector=aiohttp.TCPConnector(limit=0))
         self.url, self.body = f"{url}/v1/completions", json.dumps(body).encode()
 
-    async def ttft(self) -> float:
-        t0 = time.perf_counter()
-        first = None
+    async def _lines(self):
+        """The SSE lines of one streamed request, as they arrive."""
         async with self.session.post(
             self.url, data=self.body, headers={"Content-Type": "application/json"}
         ) as r:
             if r.status != 200:
                 raise RuntimeError(await r.text())
             async for line in r.content:
-                if line.startswith(b"data:") and first is None:
-                    first = time.perf_counter() - t0
+                yield line
+
+    async def ttft(self) -> float:
+        t0 = time.perf_counter()
+        first = None
+        async for line in self._lines():
+            if line.startswith(b"data:") and first is None:
+                first = time.perf_counter() - t0
         assert first is not None
         return first
 
     async def stream_tokens(self) -> int:
         """A whole streamed answer; its tokens as usage reports them."""
         tokens = 0
-        async with self.session.post(
-            self.url, data=self.body, headers={"Content-Type": "application/json"}
-        ) as r:
-            if r.status != 200:
-                raise RuntimeError(await r.text())
-            async for line in r.content:
-                if line.startswith(b"data: {") and b'"choices":[]' in line:  # the usage chunk
-                    tokens = json.loads(line[5:])["usage"]["completion_tokens"]
+        async for line in self._lines():
+            if line.startswith(b"data: {") and b'"choices":[]' in line:  # the usage chunk
+                tokens = json.loads(line[5:])["usage"]["completion_tokens"]
         return tokens
 
     async def close(self) -> None:
