@@ -129,7 +129,8 @@ def test_pareto_and_best():
 def _llama_8b(tmp_path, gpu: str, **tune) -> tuple:
     ckpt = tmp_path / "llama-3.1-8b"
     ckpt.mkdir(parents=True)
-    (ckpt / "config.json").write_text(json.dumps({**shape_of("llama-3.1-8b"), **numerics_of("llama-3.1-8b")}))
+    model_config = {**shape_of("llama-3.1-8b"), **numerics_of("llama-3.1-8b")}
+    (ckpt / "config.json").write_text(json.dumps(model_config))
     cfg = parse_config(
         {
             "model": {"name": "llama", "checkpoint": str(ckpt)},
@@ -141,7 +142,7 @@ def _llama_8b(tmp_path, gpu: str, **tune) -> tuple:
             "tune": {"input_len": 2048, "output_len": 2048, **tune},
         }
     )
-    return cfg, lookup_gpu(gpu)
+    return cfg, lookup_gpu(gpu), model_config
 
 
 def test_the_default_grid_follows_lpx_plan_and_pruning_names_the_reason(tmp_path):
@@ -149,8 +150,8 @@ def test_the_default_grid_follows_lpx_plan_and_pruning_names_the_reason(tmp_path
     bf16 weights and 43 of fp8 KV beside fp8 weights (lpx plan); a batch beyond that is pruned, as is
     fp8 on an A10G (sm86). Without a grid the batches come from lpx plan's suggestion on an H200."""
     grid = {"max_batch_size": [8, 64], "max_num_tokens": [8192]}
-    cfg, l4 = _llama_8b(tmp_path / "l4", "l4", grid=grid)
-    cells = {c.name: c for c in space.cells(cfg, cfg.tune, l4)}
+    cfg, l4, llama = _llama_8b(tmp_path / "l4", "l4", grid=grid)
+    cells = {c.name: c for c in space.cells(cfg, cfg.tune, l4, llama)}
     assert cells["bf16 b8 t8192"].pruned is None and cells["fp8 b8 t8192"].pruned is None
     assert (
         "max_batch_size 64 > the 9 sequences of 4096 tokens whose bf16 KV" in cells["bf16 b64 t8192"].pruned
@@ -159,24 +160,24 @@ def test_the_default_grid_follows_lpx_plan_and_pruning_names_the_reason(tmp_path
         "max_batch_size 64 > the 43 sequences" in cells["fp8 b64 t8192"].pruned
         and "L4" in cells["fp8 b64 t8192"].pruned
     )
-    cfg, a10g = _llama_8b(tmp_path / "a10g", "a10g", grid=grid)
-    cells = {c.name: c for c in space.cells(cfg, cfg.tune, a10g)}
+    cfg, a10g, llama = _llama_8b(tmp_path / "a10g", "a10g", grid=grid)
+    cells = {c.name: c for c in space.cells(cfg, cfg.tune, a10g, llama)}
     assert "fp8 does not run on A10G" in cells["fp8 b8 t8192"].pruned
-    cfg, h200 = _llama_8b(tmp_path / "h200", "h200")
-    rows = space.plan_rows(cfg, cfg.tune, h200)
+    cfg, h200, llama = _llama_8b(tmp_path / "h200", "h200")
+    rows = space.plan_rows(cfg, cfg.tune, h200, llama)
     assert space.grid_values(cfg, cfg.tune, cfg.variant("fp8"), rows["fp8"])["max_batch_size"] == [128, 256]
     assert space.grid_values(cfg, cfg.tune, cfg.variant("bf16"), rows["bf16"])["max_batch_size"] == [64, 128]
-    assert all(c.pruned is None for c in space.cells(cfg, cfg.tune, h200))
+    assert all(c.pruned is None for c in space.cells(cfg, cfg.tune, h200, llama))
     assert space.grid_values(cfg, cfg.tune, cfg.variant("fp8"), None)["max_batch_size"] == [4, 8]  # no GPU
 
 
 def test_bad_input_is_refused_with_the_fix(tmp_path, demo_config):
-    cfg, l4 = _llama_8b(tmp_path, "l4", grid={"max_batch_size": [8]})
+    cfg, l4, llama = _llama_8b(tmp_path, "l4", grid={"max_batch_size": [8]})
     cfg.build.max_input_len = 2048
     cfg.build.max_seq_len = 4096
     cfg.tune.output_len = 4000
     with pytest.raises(Exception, match="input_len \\+ output_len"):
-        space.cells(cfg, cfg.tune, l4)
+        space.cells(cfg, cfg.tune, l4, llama)
     with pytest.raises(Exception, match="NAME=http"):
         space.remote_cells(["vllm"])
     assert parse_budget("90m") == 5400 and parse_budget("2h") == 7200 and parse_budget(None) is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config, dump_config
-from .space import cell_config
 
 # Quality is the variant's mean KL divergence from the unquantized model (lower is better; the
 # unquantized variant scores 0). Goodput is requests/s meeting the SLO (higher is better), memory GiB in
@@ -85,12 +84,11 @@ def tuned_config(cfg: Config, chosen: dict[str, Any], slo: str, header: list[str
     """The config that builds the chosen cell: its variant only, its limits; None for a remote endpoint."""
     if chosen.get("url"):
         return None
-    tuned = cell_config(cfg, cfg.variant(chosen["variant"]), chosen["limits"])
-    data = cfg.model_copy(deep=True)
-    data.variants = tuned.variants
+    tuned = cfg.model_copy(deep=True)
+    tuned.variants = [tuned.variant(chosen["variant"])]
     for name, value in chosen["limits"].items():
-        setattr(data.build, name, value)
+        setattr(tuned.build, name, value)  # validated on assignment, as every cell was
     lines = [f"# {line}" for line in header] + [
         f"# chosen by lpx tune for SLO {slo}: {chosen['cell']}, goodput {chosen['goodput_rps']:.3g} req/s"
     ]
-    return "\n".join(lines) + "\n" + dump_config(data)
+    return "\n".join(lines) + "\n" + dump_config(tuned)

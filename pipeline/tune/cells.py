@@ -112,9 +112,10 @@ def memory_in_use(server_pid: int | None) -> dict[str, Any]:
     return {"kind": "host", "gib": round(process_tree_rss(server_pid) / 2**30, 3)}
 
 
-def _vocab(cfg: Config) -> tuple[int, int]:
-    data = json.loads((cfg.model.checkpoint / "config.json").read_text())
-    size = int(data.get("vocab_size") or (data.get("text_config") or {}).get("vocab_size") or 32000)
+def _vocab(model_config: dict) -> tuple[int, int]:
+    """The range random prompt ids are drawn from: the checkpoint's vocabulary, its first ids left out."""
+    text = model_config.get("text_config") or {}
+    size = int(model_config.get("vocab_size") or text.get("vocab_size") or 32000)
     return min(100, size // 4), size
 
 
@@ -163,7 +164,7 @@ def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Cal
             protocol="grpc",
             input_len=m.input_len,
             output_len=m.output_len,
-            vocab=_vocab(cfg),
+            vocab=_vocab(runner.ctx.checkpoint()[0].config),
             seed=m.seed,
             prompt_ids=m.prompt_ids,
         )

@@ -125,9 +125,10 @@ def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print
         from ..runner import Runner
         from ..stages import build
 
-        gpus = build.target_gpus(Runner(cfg, report_).ctx)
+        ctx = Runner(cfg, report_).ctx
+        gpus = build.target_gpus(ctx)
         gpu = gpus[0] if gpus else None
-        cells = space.cells(cfg, t, gpu)
+        cells = space.cells(cfg, t, gpu, ctx.checkpoint()[0].config)
     cells += space.remote_cells(opts.endpoints)
     if not cells:
         raise UsageError("Nothing to tune: the config has no variants and no --endpoint was given")

@@ -75,14 +75,14 @@ def grid_values(
     return out
 
 
-def plan_rows(cfg: Config, tune: Tune, gpu: Gpu | None) -> dict[str, dict[str, Any]]:
+def plan_rows(cfg: Config, tune: Tune, gpu: Gpu | None, model_config: dict) -> dict[str, dict[str, Any]]:
     """variant -> its format's row of `lpx plan` at input_len + output_len tokens per sequence (empty
-    without a GPU: nothing can be said about fit on a CPU)."""
+    without a GPU: nothing can be said about fit on a CPU). `model_config`: the checkpoint's config.json."""
     if gpu is None:
         return {}
     from ..inspection.plan import plan, shape_from_config
 
-    shape = shape_from_config(_checkpoint_config(cfg), str(cfg.model.checkpoint))
+    shape = shape_from_config(model_config, str(cfg.model.checkpoint))
     rows = {}
     for v in cfg.variants:
         q = v.quantization
@@ -93,18 +93,6 @@ def plan_rows(cfg: Config, tune: Tune, gpu: Gpu | None) -> dict[str, dict[str, A
         row = next(r for r in doc["formats"] if r["format"] == q.format)
         rows[v.name] = {**row, "kv_dtype": kv, "gpu": gpu.name, "gpus": cfg.build.tp_size * cfg.build.pp_size}
     return rows
-
-
-def _checkpoint_config(cfg: Config) -> dict:
-    import json
-
-    path = cfg.model.checkpoint / "config.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"model.checkpoint: cannot read {path} ({exc}) - point it at a Hugging Face checkpoint"
-        ) from None
 
 
 def fit_reason(limits: dict[str, int], row: dict[str, Any] | None, tune: Tune) -> str | None:
@@ -125,8 +113,9 @@ def fit_reason(limits: dict[str, int], row: dict[str, Any] | None, tune: Tune) -
     return None
 
 
-def cells(cfg: Config, tune: Tune, gpu: Gpu | None) -> list[Cell]:
-    """Every cell of the grid, pruned where the config or the GPU's memory refuses it."""
+def cells(cfg: Config, tune: Tune, gpu: Gpu | None, model_config: dict) -> list[Cell]:
+    """Every cell of the grid, pruned where the config or the GPU's memory refuses it. `model_config`:
+    the checkpoint's config.json (its shape sizes the KV cache)."""
     need = tune.input_len + tune.output_len
     if cfg.build.max_seq_len < need:
         raise UsageError(
@@ -138,7 +127,7 @@ def cells(cfg: Config, tune: Tune, gpu: Gpu | None) -> list[Cell]:
             f"build.max_input_len {cfg.build.max_input_len} < input_len {tune.input_len} - raise "
             "build.max_input_len or lower --isl"
         )
-    rows = plan_rows(cfg, tune, gpu)
+    rows = plan_rows(cfg, tune, gpu, model_config)
     out = []
     for v in cfg.variants:
         grid = grid_values(cfg, tune, v, rows.get(v.name))
