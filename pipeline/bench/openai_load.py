@@ -10,12 +10,14 @@ to usage.completion_tokens (ITL = (E2E - TTFT) / (OSL - 1) needs only the total)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from typing import Any
 
 from ..errors import LpxError
+from .senders import http_session, sse_events
 
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -57,20 +59,13 @@ class OpenAISender:
     """The load generator's sender (load.py's GrpcSender / HttpSender interface) for OpenAI's API."""
 
     def __init__(self, spec: Any) -> None:
-        import aiohttp
-
         self.spec = spec
         self.chat = spec.endpoint == "chat"
         self.endpoint = base_url(spec.url) + ROUTES[spec.endpoint]
         headers = {"Content-Type": "application/json"}
         if spec.api_key:
             headers["Authorization"] = f"Bearer {spec.api_key}"
-        self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
-            trust_env=False,
-            connector=aiohttp.TCPConnector(limit=0),
-            headers=headers,
-        )
+        self.session = http_session(spec.timeout_s, headers)
 
     def request(self, tensors: dict[str, tuple[str, Any]]) -> bytes:
         """The body for the text prompt and max_tokens the load drew (text tensors, as for the ensemble)."""
@@ -93,17 +88,8 @@ class OpenAISender:
     async def send(self, body: bytes, rec: Any) -> None:
         rec.sent, rec.sent_ns = time.perf_counter(), time.time_ns()
         completion = None
-        async with self.session.post(self.endpoint, data=body) as resp:
-            if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
-            async for line in resp.content:
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                t = time.perf_counter()
-                event = json.loads(payload)
+        async with contextlib.aclosing(sse_events(self.session, self.endpoint, data=body)) as events:
+            async for t, event in events:
                 if "error" in event:
                     raise RuntimeError(str(event["error"].get("message", event["error"])))
                 usage = event.get("usage")

@@ -4,8 +4,10 @@ one Record per request (first-token and per-token times, counts the server repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,16 +108,39 @@ def _emit_grpc(resp: Any) -> int | None:
     return None
 
 
+def http_session(timeout_s: float, headers: dict[str, str] | None = None) -> Any:
+    """The aiohttp session of an HTTP sender: no connection limit, no proxy from the environment."""
+    import aiohttp
+
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        trust_env=False,
+        connector=aiohttp.TCPConnector(limit=0),
+        headers=headers,
+    )
+
+
+async def sse_events(session: Any, url: str, **post: Any) -> AsyncIterator[tuple[float, dict[str, Any]]]:
+    """Each `data:` event of a streamed POST as (its arrival time, the parsed JSON), up to `[DONE]` or the
+    end of the stream; an answer other than 200 raises with its text. Use under contextlib.aclosing, so
+    a consumer that stops early releases the connection at once."""
+    async with session.post(url, **post) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
+        async for line in resp.content:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            t = time.perf_counter()
+            yield t, json.loads(payload)
+
+
 class HttpSender:
     def __init__(self, spec: LoadSpec):
-        import aiohttp
-
         self.spec = spec
-        self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
-            trust_env=False,
-            connector=aiohttp.TCPConnector(limit=0),
-        )
+        self.session = http_session(spec.timeout_s)
         base = spec.url if spec.url.startswith(("http://", "https://")) else f"http://{spec.url}"
         self.endpoint = f"{base}/v2/models/{spec.model}/generate_stream"
 
@@ -131,14 +156,8 @@ class HttpSender:
 
     async def send(self, body: dict[str, Any], rec: Record) -> None:
         rec.sent, rec.sent_ns = time.perf_counter(), time.time_ns()
-        async with self.session.post(self.endpoint, json=body) as resp:
-            if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:300]}")
-            async for line in resp.content:
-                if not line.startswith(b"data:"):
-                    continue
-                t = time.perf_counter()
-                event = json.loads(line[5:])
+        async with contextlib.aclosing(sse_events(self.session, self.endpoint, json=body)) as events:
+            async for t, event in events:
                 if "error" in event:
                     raise RuntimeError(str(event["error"]))
                 if event.get("num_input_tokens") is not None:
