@@ -117,25 +117,17 @@ def test_custom_resources_validate_against_the_pinned_crds(trees) -> None:
     assert kinds == {"LeaderWorkerSet", "ServiceMonitor", "PrometheusRule"}
 
 
+def checkov(*args: str) -> subprocess.CompletedProcess:
+    """checkov offline (no policy download), quiet, compact."""
+    cmd = [tool("checkov"), *args, "--skip-download", "--quiet", "--compact"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
 def test_checkov_passes_with_every_skip_justified(trees) -> None:
     """One checkov run over every tree (it takes ~10 s a run)."""
     parent = {f.parent.parent for _, f in trees.values()}
     assert len(parent) == 1
-    res = subprocess.run(
-        [
-            tool("checkov"),
-            "-d",
-            str(parent.pop()),
-            "--framework",
-            "kubernetes",
-            "--skip-download",
-            "--quiet",
-            "--compact",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = checkov("-d", str(parent.pop()), "--framework", "kubernetes")
     assert res.returncode == 0, res.stdout[-4000:]
     assert "Passed checks:" in res.stdout
     for _, folder in trees.values():
@@ -333,23 +325,7 @@ def test_dockerfiles_lint_clean() -> None:
     files = [str(ROOT / name) for name in ("Dockerfile", "Dockerfile.slim")]
     res = subprocess.run([tool("hadolint"), *files], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout
-    res = subprocess.run(
-        [
-            tool("checkov"),
-            "-f",
-            files[0],
-            "-f",
-            files[1],
-            "--framework",
-            "dockerfile",
-            "--skip-download",
-            "--quiet",
-            "--compact",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = checkov("-f", files[0], "-f", files[1], "--framework", "dockerfile")
     assert res.returncode == 0 and "Passed checks:" in res.stdout, res.stdout
     for file in files:
         text = Path(file).read_text()
