@@ -169,7 +169,7 @@ def _blocks(tokens: int) -> int:
     return math.ceil(tokens / TOKENS_PER_BLOCK) * TOKENS_PER_BLOCK
 
 
-def _pow2_floor(n: int) -> int:
+def pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1) if n >= 1 else 0
 
 
@@ -216,9 +216,9 @@ def plan(
                     fit_sequences_at_max_seq_len=pool // (per_token * _blocks(max_seq_len)),
                     tokens_per_s_batch1=decode_tokens_per_s(1, w, seq_len * per_token, gpu),
                     tokens_per_s_at_fit=decode_tokens_per_s(batch, w, seq_len * per_token, gpu),
-                    suggested_max_batch_size=max(1, _pow2_floor(batch)),
+                    suggested_max_batch_size=max(1, pow2_floor(batch)),
                     suggested_max_num_tokens=min(
-                        16384, math.ceil((_pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024
+                        16384, math.ceil((pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024
                     ),
                 )
             else:

@@ -15,6 +15,7 @@ from ..config import Config, Variant, format_errors
 from ..config.tune import Tune
 from ..errors import LpxError, UsageError
 from ..facts.gpu import Gpu
+from ..inspection.plan import pow2_floor
 
 LIMITS = ("max_batch_size", "max_num_tokens")
 
@@ -52,10 +53,6 @@ def cell_config(cfg: Config, variant: Variant, limits: dict[str, int]) -> Config
         raise UsageError("; ".join(format_errors(exc))) from None
 
 
-def _pow2_floor(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
-
-
 def grid_values(
     cfg: Config, tune: Tune, variant: Variant, fit: dict[str, Any] | None
 ) -> dict[str, list[int]]:
@@ -70,7 +67,7 @@ def grid_values(
             continue
         suggested = (fit or {}).get(f"suggested_{name}")
         top = int(suggested) if suggested else getattr(b, name)
-        low = max(1, top // 2) if name == "max_batch_size" else max(tune.input_len, _pow2_floor(top // 2))
+        low = max(1, top // 2) if name == "max_batch_size" else max(tune.input_len, pow2_floor(top // 2))
         out[name] = sorted({low, top})
     return out
 
