@@ -239,7 +239,8 @@ def finish(cfg, opts, m, cells, docs, quality, not_run, echo) -> dict[str, Any]:
     }
     doc["plots"] = [str(p) for p in report.plots(doc, out)]
     (out / "tune.json").write_text(json.dumps(doc, indent=1, default=float))
-    (out / "tune.md").write_text(report.markdown(doc))
-    echo(report.markdown(doc))
+    md = report.markdown(doc)
+    (out / "tune.md").write_text(md)
+    echo(md)
     echo(f"Wrote {out}/tune.md, tune.json, {len(doc['plots'])} plot(s)")
     return doc
