@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,8 +26,10 @@ TYPES = {  # status -> OpenAI's error type
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
+    499: "invalid_request_error",
     500: "server_error",
     503: "server_error",
     504: "server_error",
@@ -74,8 +77,26 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 def _field(loc: tuple) -> str | None:
-    parts = [str(p) for p in loc if p != "body"]
-    return ".".join(parts) or None
+    """Pydantic's location as OpenAI writes a parameter: `messages[0].content`, without the names pydantic
+    gives the members of a union (`str`, `list[int]`, `function-plain[...]`)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "body" and not _TAG.search(part):
+            out += f".{part}" if out else part
+    return out or None
+
+
+_TAG = re.compile(r"^(str|int|float|bool|none|list|dict)$|[\[\]-]")
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "a string", list: "an array", dict: "an object", type(None): "null"}.get(type(value), "")
 
 
 def from_validation(exc: Any) -> ApiError:
@@ -94,13 +115,17 @@ def from_validation(exc: Any) -> ApiError:
         )
     if where is None and kind in ("model_type", "dict_type", "model_attributes_type"):
         return bad_request("The request body must be a JSON object", code="invalid_json")
+    msg = str(first.get("msg", "is not valid"))
     if kind == "missing":
         message = f"'{where}' is required"
     elif kind == "extra_forbidden":
         message = f"'{where}' is not a parameter this server knows - leave it out"
+    elif kind == "invalid_value":  # the gateway's own checks (schemas.py): a phrase after the field's name
+        message = f"'{where}' {msg}"
     else:
-        msg = str(first.get("msg", "is not valid"))
         msg = msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
+        got = _got(first.get("input")) if kind.endswith("_type") or kind.endswith("_parsing") else ""
+        msg += f", not {got}" if got else ""
         message = f"'{where}': {msg}" if where else msg
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return bad_request(message + more, param=where)

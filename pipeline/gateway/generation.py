@@ -88,9 +88,11 @@ def max_tokens_for(asked: int | None, n_prompt: int, info: ModelInfo, param: str
     return asked
 
 
-def _sampling(req: CompletionRequest | ChatCompletionRequest, info: ModelInfo) -> dict[str, Any]:
-    """Upstream's sampling inputs; a non-default value the model does not declare is refused."""
-    top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
+def _sampling(req: CompletionRequest | ChatCompletionRequest, info: ModelInfo, vocab: int) -> dict[str, Any]:
+    """Upstream's sampling inputs; a non-default value the model does not declare is refused. A top_k of
+    the vocabulary or more keeps every token, so it is sent as 0 (no top-k): the same sampling, and a
+    value every engine takes (the schema already bounds it to int32)."""
+    top_k = req.top_k if req.top_k is not None and 0 < req.top_k < vocab else 0
     asked = {  # engine input -> (value, the client's parameter, set to something other than its default)
         "temperature": (
             1.0 if req.temperature is None else req.temperature,
@@ -148,7 +150,7 @@ def plan(
         "streaming": True,
         "exclude_input_in_output": True,
         "return_num_input_tokens": True,
-        **_sampling(req, info),
+        **_sampling(req, info, codec.vocab_size),
     }
     if ends:
         values["end_id"] = ends[0]
