@@ -17,7 +17,7 @@ Figures measured for the bounds (tiny demo Llama, FP8 fake-quant, bf16; AMD EPYC
   was at most 0.25 (ties of bf16 logits near 14 are 0.0625 apart). NEAR_TIE = 1.0 bounds both.
 - measured again on AMD EPYC with AVX-512 (avx512_bf16, no AMX; torch's AVX512 kernels, in-process):
   batching moved logits by up to 0.588 with the mode off, the largest top-2 gap at a divergence was
-  0.156 (19 of 126 requests diverged); with the mode on, 0 under AVX512, AVX2 and `default` alike.
+  0.156 (19 of 97 requests diverged); with the mode on, 0 under AVX512, AVX2 and `default` alike.
   Both figures are bf16 rounding (1-2 ulps of logits near 14-30), which does not depend on the vector
   width, so NEAR_TIE keeps its margin on other CPUs; it has not been measured on an AMX CPU.
 - in float64 both attention implementations agree to 0 here (rounding is ~1e-15); a deliberate
