@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,8 @@ def reference_greedy(engine_dir: Path, prompt_ids: list[int], max_new_tokens: in
 
 def running_server(repo: Path, root: Path, **env: str):
     """Generator for a module fixture: tritonserver on `repo` (skip without a tritonserver), with
-    LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after."""
+    LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after.
+    A restart after the known lock abort while loading (TritonServer.start) shows as a pytest warning."""
     from pipeline.errors import LpxError
     from pipeline.stages.serve.tritonserver import TritonServer, find_tritonserver
 
@@ -115,7 +117,12 @@ def running_server(repo: Path, root: Path, **env: str):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {"LPX_HOME": str(root / "home"), **env}.items():
             mp.setenv(key, value)
-        srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=240)
+        srv = TritonServer(
+            repo,
+            log_path=root / "triton.log",
+            ready_timeout_s=240,
+            notify=lambda m: warnings.warn(m, stacklevel=2),
+        )
         try:
             srv.start()
         except LpxError as exc:

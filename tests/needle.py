@@ -2,7 +2,10 @@
 random places in random batches. Used by tests/test_batch_invariance.py in-process and, to run under
 other CPU kernels (`ATEN_CPU_CAPABILITY=avx2` / `default`), as a subprocess:
 
-  python tests/needle.py ENGINE_DIR --mode on|off [--dtype float64]   -> one JSON object on stdout
+  python tests/needle.py ENGINE_DIR --mode on|off [--dtype float64] [--kernel-probe]   -> one JSON object
+
+With --kernel-probe it first checks that torch can run bf16 attention under the CPU kernels it was given
+(`kernel_probe`); if torch raises, it prints {"unrunnable": error text, ...} instead of running the probes.
 
 Two probes:
 - `packed_forward`: teacher-forced logits of token sequences packed into one row the way transformers'
@@ -130,6 +133,32 @@ def packed_forward(
     }
 
 
+def kernel_probe() -> str | None:
+    """None if torch runs bf16 scaled-dot-product attention under this process's CPU kernels, else the
+    first line of torch's error.
+
+    Why it can fail: torch picks its bf16 flash-attention path from what the CPU has (cpuinfo: AMX lets
+    oneDNN pack bf16), not from ATEN_CPU_CAPABILITY; with queries and keys >= 64 long and enough work per
+    packed block it packs K and V with at::vec::pack_vnni2, which is only compiled into the AVX-512 kernels.
+    So on an AMX CPU under `avx2` or `default`, torch raises "pack_vnni2 is only supported when avx512 is
+    supported". The shape here (4 heads, 256 x 256, head size 64, one batch) takes that path at any
+    thread count (work per thread / pack size >= 16 > torch's threshold of 4), causal and with a mask
+    (the batch-invariant attention uses both), so it fails exactly where the model's prefill would."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 256, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+    mask = torch.ones(256, 256, dtype=torch.bool).tril()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    try:
+        with torch.no_grad():
+            sdpa(q, k, v, is_causal=True)
+            sdpa(q, k, v, attn_mask=mask)
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
 def needle_engine_dir(
     engine_dir: Path, dest: Path, max_batch_size: int = 32, max_num_tokens: int = 96
 ) -> Path:
@@ -217,6 +246,11 @@ def main() -> None:
     ap.add_argument(
         "--device", help="where the packed probe runs (the engine picks the GPU when torch sees one)"
     )
+    ap.add_argument(
+        "--kernel-probe",
+        action="store_true",
+        help="report (not raise) when torch cannot run bf16 attention under these CPU kernels",
+    )
     args = ap.parse_args()
     from pipeline.progress import quiet_libraries
 
@@ -225,14 +259,16 @@ def main() -> None:
 
     import torch
 
-    out = {}
+    out = {"cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if args.kernel_probe and (error := kernel_probe()) is not None:
+        print(json.dumps({**out, "unrunnable": error}))
+        return
     with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints while restoring: keep stdout for the JSON
         if args.probe in ("packed", "both"):
             out["packed"] = packed_forward(args.engine_dir, args.mode, args.dtype, device=args.device)
         if args.probe in ("engine", "both"):
             out["engine"] = engine_needle(args.engine_dir, args.mode)
 
-    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     out["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(json.dumps(out))
 

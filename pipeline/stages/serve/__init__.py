@@ -42,8 +42,11 @@ def preflight(cfg: Config) -> None:
             )
 
 
-def server(cfg: Config, variant: str, repo: Artifact | None):
-    """A TritonServer (not started) on `repo` with the serving section's host, ports and timeouts."""
+def server(cfg: Config, variant: str, repo: Artifact | None, report: Reporter | None = None):
+    """A TritonServer (not started) on `repo` with the serving section's host, ports and timeouts; its
+    notices (a restart after a known abort while loading) go to `report` when given, else to stderr."""
+    from rich.markup import escape
+
     from .tritonserver import TritonServer
 
     s = cfg.serving
@@ -59,6 +62,7 @@ def server(cfg: Config, variant: str, repo: Artifact | None):
         log_path=log,
         ready_timeout_s=s.ready_timeout_s,
         world_size=world_size(cfg),
+        notify=(lambda message: report.warn(escape(message))) if report is not None else None,
     )
 
 
@@ -72,7 +76,7 @@ def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter,
     """Start Triton, stream one completion over gRPC, print text, TTFT and tokens/s, stop."""
     from ...client import generate_stream
 
-    triton = server(cfg, variant, repo)
+    triton = server(cfg, variant, repo, report)
     report.stage("serve", variant, "starting tritonserver")
     t0 = time.perf_counter()
     with triton:
@@ -124,7 +128,7 @@ def serve_forever_repo(cfg: Config, variant: str, repo: Artifact, report: Report
     signal the gateway drains its streams first (serving.openai.drain_timeout_s), then Triton stops."""
     from .tritonserver import serve_forever
 
-    triton = server(cfg, variant, repo)
+    triton = server(cfg, variant, repo, report)
     with triton:
         openai = gateway(cfg, triton, repo).start() if cfg.serving.openai.enabled else None
         try:

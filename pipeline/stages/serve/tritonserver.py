@@ -1,18 +1,25 @@
 """Run a real `tritonserver` on a model repository: pick ports, start, wait for ready, stop cleanly (its
 process group killed, its /dev/shm regions removed), or serve until SIGINT/SIGTERM. Which binary and
-environment is binary.py's; the MPI command line for several ranks is ranks.py's."""
+environment is binary.py's; the MPI command line for several ranks is ranks.py's.
+
+One failure is retried: tritonserver aborting while it loads the python models with boost::interprocess's
+lock_exception (Triton server #8882, tensorrtllm_backend #521: seen under heavy load, gone on a second
+start). Such a start is restarted once, saying so; any other failure, or the same one twice, is reported."""
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -73,6 +80,27 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(errors + (["..."] if errors else []) + kept[-lines:])
 
 
+# The python backend's shared-memory lock failing (the C++ runtime's "terminate called after throwing an
+# instance of 'boost::interprocess::lock_exception'" and its "what():" line), or another boost::interprocess
+# error that names a lock or mutex. Nothing else is restarted.
+LOCK_ABORT = re.compile(
+    r"boost::interprocess::lock_exception|boost::interprocess\S*.*\b(lock|mutex)", re.IGNORECASE
+)
+
+
+def known_load_abort(log_text: str) -> str | None:
+    """The first line of a tritonserver log that shows the known transient abort while loading
+    (boost::interprocess's lock_exception), or None for any other failure."""
+    for line in log_text.splitlines():
+        if LOCK_ABORT.search(line):
+            return line.strip()
+    return None
+
+
+def _stderr_notice(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def _kill_group(pgid: int, wait_s: float = 5.0) -> None:
     """SIGKILL every process of the group and wait (bounded) until none is left."""
     deadline = time.monotonic() + wait_s
@@ -104,8 +132,10 @@ class TritonServer:
         extra_args: tuple[str, ...] | list[str] = (),
         exit_timeout_s: int = 10,
         world_size: int = 1,
+        notify: Callable[[str], None] | None = None,
     ):
         self.world_size = int(world_size)
+        self.notify = notify or _stderr_notice
         self.repo = Path(repo)
         self.host = host
         self._requested = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -167,12 +197,50 @@ class TritonServer:
         return binary
 
     def start(self) -> TritonServer:
-        """Launch and wait until /v2/health/ready answers 200; LpxError with the log tail if not."""
+        """Launch and wait until /v2/health/ready answers 200; LpxError with the log tail if not. A start
+        that aborts while loading with the known boost::interprocess lock failure is restarted once."""
         if self.proc is not None:
             return self
         if not self.repo.is_dir():
             raise NotFound(f"Model repository {self.repo} does not exist - run 'lpx repo' first")
         binary = self.preflight()
+        abort = self._attempt(binary, restartable=True)
+        if abort is not None:
+            kept = self._keep_log()
+            self.notify(
+                f"tritonserver aborted while loading {self.repo} with a known transient Triton failure "
+                f"({abort!r}; Triton server issue #8882) - restarting it once (first log: {kept})"
+            )
+            self.shm_prefix = f"lpx{os.getpid()}_{secrets.token_hex(3)}_"
+            self._attempt(binary, restartable=False)
+        return self
+
+    def _attempt(self, binary: Path, restartable: bool) -> str | None:
+        """One launch: None once ready; the log's abort line if it exited while loading with the known
+        lock failure and `restartable` (the server is stopped then); else the failure is raised."""
+        self._launch(binary)
+        try:
+            self._wait_ready()
+        except StageFailed as exc:
+            exited = self.proc is not None and self.proc.poll() is not None
+            self.stop()
+            line = known_load_abort(_read(self.log_path)) if exited else None
+            if line is None:
+                raise
+            if restartable:
+                return line
+            raise StageFailed(
+                f"tritonserver aborted again while loading {self.repo} after one restart ({line!r}; Triton "
+                "server issue #8882, seen under heavy load) - retry when the machine is less busy; see its "
+                f"log ({self.log_path})",
+                detail=exc.detail,
+            ) from None
+        except BaseException:
+            self.stop()
+            raise
+        return None
+
+    def _launch(self, binary: Path) -> None:
         free = iter(_pick_ports(self.host, sum(1 for p in self._requested.values() if not p)))
         self._ports = {k: (p or next(free)) for k, p in self._requested.items()}
         root = is_bundled(binary)
@@ -194,12 +262,13 @@ class TritonServer:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+
+    def _keep_log(self) -> Path:
+        """Move the aborted attempt's log aside (the restart writes a new one); returns where it went."""
+        assert self.log_path is not None
+        kept = self.log_path.with_name(f"{self.log_path.stem}.first-attempt{self.log_path.suffix}")
+        os.replace(self.log_path, kept)
+        return kept
 
     def _wait_ready(self) -> None:
         assert self.proc is not None
@@ -253,6 +322,13 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _read(path: Path | None) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace") if path else ""
+    except OSError:
+        return ""
 
 
 def _die_with_parent() -> None:
