@@ -24,11 +24,12 @@ def _run(
     """Run the stages up to `until` and, for `serve`, serve what they built (`smoke`: one completion)."""
     from ..config import resolve_config
     from ..progress import Reporter, stdout_console
+
+    report = Reporter()
+    cfg = resolve_config(config_path, report)  # a bad lpx.yaml is refused before torch & co. load (~10 s)
     from ..runner import Runner
     from ..stages import serve
 
-    report = Reporter()
-    cfg = resolve_config(config_path, report)
     if host:
         cfg.serving.host = host
     if not gateway:

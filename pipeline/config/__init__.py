@@ -1,10 +1,13 @@
 """The typed `lpx.yaml` schema and its loading. Unknown keys are errors; every error names its path.
 `resolve_config` is the one rule for which file a command uses.
 
-  __init__.py  the sections the stages read (model .. serving), Config, loading and error messages
-  base.py      Strict: the base of every section (unknown keys are errors)
+  __init__.py  the sections the stages read (model .. build), Config, loading
+  base.py      Strict: the base of every section (strict types, unknown keys are errors) and the limits
+  serving.py   `serving`: tritonserver's ports and limits, the OpenAI gateway (ports distinct)
   deploy.py    `deploy`: what `lpx deploy` writes
   tune.py      `tune`: the search `lpx tune` runs
+  messages.py  one `path: message` line per problem, naming the fix (did-you-mean, limits and why)
+  yamlfile.py  reading the file: UTF-8 YAML, a mapping, no key twice; each failure named with its fix
 """
 
 from __future__ import annotations
@@ -19,25 +22,57 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, UsageError
 from ..facts import formats, trtllm
-from .base import Strict
+from .base import (
+    COUNT,
+    GPUS,
+    INT32,
+    INT32_MAX,
+    MAX_GPUS,
+    NAME_RE,
+    WEEK,
+    ConfigPath,
+    Strict,
+    bounded,
+    name_field,
+)
 from .deploy import Deploy
+from .messages import format_errors
+from .serving import OpenAIGateway, Serving
 from .tune import Tune
+from .yamlfile import read_config_file
+
+__all__ = [  # the names other packages import from pipeline.config
+    "NAME_RE",
+    "Calibration",
+    "Config",
+    "Evaluation",
+    "OpenAIGateway",
+    "QualityGate",
+    "Quantization",
+    "Serving",
+    "Variant",
+    "dump_config",
+    "format_errors",
+    "json_schema",
+    "load_config",
+    "parse_config",
+    "resolve_config",
+]
 
 FORMATS = tuple(formats.FORMATS)
 KV_CACHE = tuple(formats.KV_CACHE_TYPES)
 EXPORTS = ("trtllm", "hf", "state")
 TARGETS = ("engine", "llmapi", "torch")
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 
 
 class ModelSection(Strict):
-    name: str = Field(pattern=NAME_RE, description="Short name; used in artifact paths.")
-    checkpoint: Path = Field(
+    name: str = name_field(description="Short name; used in artifact paths and file names.")
+    checkpoint: ConfigPath = Field(
         description="Local Hugging Face checkpoint folder (config.json + *.safetensors)."
     )
-    tokenizer: Path | None = Field(None, description="Tokenizer folder, if not inside the checkpoint.")
+    tokenizer: ConfigPath | None = Field(None, description="Tokenizer folder, if not inside the checkpoint.")
     allow_pickle: bool = Field(
         False, description="Allow loading pickle-only weights (*.bin). Off: they can run code."
     )
@@ -50,7 +85,9 @@ class Quantization(Strict):
     exclude: list[str] = Field(
         default_factory=list, description="Glob patterns of modules kept in high precision."
     )
-    awq_block_size: int = Field(128, ge=16, description="Group size for int4_awq / w4a8_awq.")
+    awq_block_size: int = bounded(
+        128, ge=16, le=INT32_MAX, limit=INT32, description="Group size for int4_awq / w4a8_awq."
+    )
     exports: list[Literal[EXPORTS]] = Field(  # type: ignore[valid-type]
         default_factory=list,
         description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).",
@@ -65,29 +102,29 @@ class Quantization(Strict):
 
 
 class Variant(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: str = name_field(description="Used in artifact paths and file names.")
     quantization: Quantization = Field(default_factory=Quantization)
 
 
 class TextSamples(Strict):
     """Where a stage's text samples come from (pipeline/texts.py)."""
 
-    data: Path | None = Field(
+    data: ConfigPath | None = Field(
         None,
         description="A .txt (one sample per paragraph) or .jsonl file; LPX's own text "
         "(calibration or held-out) if unset.",
     )
     jsonl_field: str = "text"
-    samples: int = Field(32, ge=1)
-    seq_len: int = Field(256, ge=8)
+    samples: int = bounded(32, ge=1, le=INT32_MAX, limit=COUNT)
+    seq_len: int = bounded(256, ge=8, le=INT32_MAX, limit=INT32)
 
 
 class Calibration(TextSamples):
-    batch_size: int = Field(1, ge=1)
+    batch_size: int = bounded(1, ge=1, le=INT32_MAX, limit=COUNT)
 
 
 class Evaluation(TextSamples):
-    samples: int = Field(10, ge=1)
+    samples: int = bounded(10, ge=1, le=INT32_MAX, limit=COUNT)
 
 
 class QualityGate(Strict):
@@ -112,13 +149,15 @@ class Build(Strict):
     )
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    max_batch_size: int = Field(8, ge=1)
-    max_input_len: int = Field(1024, ge=1)
-    max_seq_len: int = Field(2048, ge=2)
-    max_num_tokens: int = Field(8192, ge=1)
-    tp_size: int = Field(1, ge=1)
-    pp_size: int = Field(1, ge=1)
-    timeout_s: float = Field(3600, gt=0, description="trtllm-build is killed after this many seconds.")
+    max_batch_size: int = bounded(8, ge=1, le=INT32_MAX, limit=INT32)
+    max_input_len: int = bounded(1024, ge=1, le=INT32_MAX, limit=INT32)
+    max_seq_len: int = bounded(2048, ge=2, le=INT32_MAX, limit=INT32)
+    max_num_tokens: int = bounded(8192, ge=1, le=INT32_MAX, limit=INT32)
+    tp_size: int = bounded(1, ge=1, le=MAX_GPUS, limit=GPUS)
+    pp_size: int = bounded(1, ge=1, le=MAX_GPUS, limit=GPUS)
+    timeout_s: float = bounded(
+        3600, gt=0, le=WEEK, limit="a week", description="trtllm-build is killed after this many seconds."
+    )
     gpu: str | None = Field(
         None,
         description="Target GPU model for the memory check (e.g. h100-sxm, l4); "
@@ -145,59 +184,6 @@ class Build(Strict):
                 "to leave room for output tokens"
             )
         return self
-
-
-class OpenAIGateway(Strict):
-    """The OpenAI-compatible gateway `lpx serve` starts beside tritonserver (docs/gateway.md)."""
-
-    enabled: bool = Field(True, description="Start the gateway with 'lpx serve'.")
-    host: str | None = Field(None, description="Address the gateway binds; default serving.host (127.0.0.1).")
-    port: int = Field(9000, ge=0, le=65535, description="0 picks a free port.")
-    model_name: str | None = Field(
-        None, description="The model id clients send and /v1/models lists; default model.name."
-    )
-    api_keys_file: Path | None = Field(
-        None,
-        description="Hashed API keys ('lpx keys add'); default $LPX_HOME/gateway/keys.json. "
-        "Once it holds a key, every request needs one.",
-    )
-    open_routes: list[str] = Field(
-        default_factory=lambda: ["/health/live", "/health/ready", "/metrics"],
-        description="Routes answered without an API key.",
-    )
-    requests_per_minute: int | None = Field(None, ge=1, description="Per key, unless the key sets its own.")
-    tokens_per_minute: int | None = Field(
-        None, ge=1, description="Prompt + completion tokens per key per minute, unless the key sets its own."
-    )
-    rate_limit_storage: str = Field(
-        "memory://",
-        description="The `limits` storage: memory:// for one gateway, redis://HOST:PORT shared by several.",
-    )
-    max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger request bodies get 413.")
-    request_timeout_s: float = Field(600.0, gt=0, description="A request still running then is ended.")
-    drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM, in-flight streams get this long.")
-    access_log: Path | None = Field(
-        None, description="One JSON line per request; default $LPX_HOME/logs/gateway-access.log."
-    )
-    log_prompts: bool = Field(False, description="Put the prompt text in the access log.")
-    chat_template: Path | None = Field(
-        None, description="A Jinja chat template file, for a tokenizer that has none (or to replace it)."
-    )
-
-
-class Serving(Strict):
-    host: str = Field("127.0.0.1", description="Address Triton binds. 0.0.0.0 exposes it to the network.")
-    http_port: int = Field(8000, ge=0, le=65535, description="0 picks a free port.")
-    grpc_port: int = Field(8001, ge=0, le=65535)
-    metrics_port: int = Field(8002, ge=0, le=65535)
-    max_tokens_cap: int = Field(1024, ge=1, description="Largest max_tokens a request may ask for.")
-    batch_invariant: bool = Field(
-        True,
-        description="torch target: attention computed per request, so a request's "
-        "tokens do not depend on the batch it shares (about 10-30% slower; see the README).",
-    )
-    ready_timeout_s: float = Field(180.0, gt=0)
-    openai: OpenAIGateway = Field(default_factory=OpenAIGateway)
 
 
 class Config(Strict):
@@ -232,35 +218,6 @@ class Config(Strict):
         return [self.variant(n) for n in names] if names else list(self.variants)
 
 
-def _loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("function-after", "function-before") or str(part).startswith(("literal[", "function-")):
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _message(err: dict) -> str:
-    kind = err["type"]
-    if kind == "literal_error":
-        expected = err.get("ctx", {}).get("expected", "")
-        return "must be one of " + ", ".join(re.findall(r"'([^']*)'", expected))
-    if kind == "extra_forbidden":
-        return "unknown key (check the spelling; `lpx config schema` lists every key)"
-    if kind == "missing":
-        return "required"
-    msg = err["msg"]
-    return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
-
-
-def format_errors(exc: ValidationError) -> list[str]:
-    return [f"{_loc(e['loc'])}: {_message(e)}" for e in exc.errors()]
-
-
 def _resolve_paths(cfg: Config, base: Path) -> Config:
     def res(p: Path | None) -> Path | None:
         if p is None:
@@ -285,21 +242,14 @@ def parse_config(data: object, source: str = "config", base: Path | None = None)
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_errors(exc), source) from None
+        raise ConfigError(format_errors(exc, Config), source) from None
     return _resolve_paths(cfg, base or Path.cwd())
 
 
 def load_config(path: Path) -> Config:
+    """The validated config in the lpx.yaml at `path` (yamlfile.py names what is wrong with the file)."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"No config file at {path} - create one with 'lpx init DIR' or pass -c FILE")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UsageError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    return parse_config(data, str(path), path.resolve().parent)
+    return parse_config(read_config_file(path), str(path), path.resolve().parent)
 
 
 def resolve_config(path: Path | None, report=None) -> Config:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from .base import Strict
+from .base import GPUS, INT32_MAX, MAX_GPUS, Strict, bounded
+
+REPLICAS = "Kubernetes' replica counts are int32"
 
 
 class Autoscaling(Strict):
-    min_replicas: int = Field(1, ge=1)
-    max_replicas: int = Field(4, ge=1)
+    min_replicas: int = bounded(1, ge=1, le=INT32_MAX, limit=REPLICAS)
+    max_replicas: int = bounded(4, ge=1, le=INT32_MAX, limit=REPLICAS)
     queue_compute_ratio: float = Field(
         1.0,
         gt=0,
@@ -53,9 +55,13 @@ class Deploy(Strict):
     slim_image: str = Field(
         "lpx-slim:0.1.0", description="Image of the gateway and the torch target: Dockerfile.slim."
     )
-    replicas: int = Field(1, ge=1)
-    gpus_per_node: int = Field(
-        8, ge=1, description="GPUs one node has; more per replica needs a LeaderWorkerSet."
+    replicas: int = bounded(1, ge=1, le=INT32_MAX, limit=REPLICAS)
+    gpus_per_node: int = bounded(
+        8,
+        ge=1,
+        le=MAX_GPUS,
+        limit=GPUS,
+        description="GPUs one node has; more per replica needs a LeaderWorkerSet.",
     )
     cpu: str = Field("8", description="CPU request = limit of the serving container.")
     memory: str = Field("64Gi", description="Memory request = limit of the serving container.")

@@ -4,10 +4,14 @@ limits (docs/tune.md). Command-line options override these values."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from .base import Strict
+from .base import COUNT, INT32, INT32_MAX, Strict, bounded
+
+Limit = Annotated[int, Field(ge=1, le=INT32_MAX)]  # a build limit, int32 as build.max_batch_size
+MAX_CONCURRENCY = 16384
 
 SLO_RE = r"^\s*(ttft|itl|e2e)\s*=\s*[0-9.]+\s*(ms|s)?\s*(,\s*(ttft|itl|e2e)\s*=\s*[0-9.]+\s*(ms|s)?\s*)*$"
 
@@ -16,8 +20,8 @@ class TuneGrid(Strict):
     """Build limits to try per variant; unset: around what `lpx plan` says fits the GPU (build.gpu or the
     GPU present), or half and all of the build section's value without a GPU."""
 
-    max_batch_size: list[int] | None = Field(None, description="e.g. [64, 128, 256].")
-    max_num_tokens: list[int] | None = Field(None, description="e.g. [4096, 8192].")
+    max_batch_size: list[Limit] | None = Field(None, description="e.g. [64, 128, 256].")
+    max_num_tokens: list[Limit] | None = Field(None, description="e.g. [4096, 8192].")
 
     @field_validator("max_batch_size", "max_num_tokens")
     @classmethod
@@ -36,19 +40,33 @@ class Tune(Strict):
         description="The latency SLO each request must meet, e.g. 'ttft=200ms,itl=30ms' (keys ttft, itl, e2e).",
     )
     grid: TuneGrid = Field(default_factory=TuneGrid)
-    input_len: int = Field(128, ge=1, description="Prompt tokens per request.")
-    output_len: int = Field(128, ge=1, description="Output tokens per request.")
-    requests_per_level: int = Field(32, ge=4, description="Counted requests at each load level.")
-    warmup: int = Field(4, ge=0, description="Uncounted requests before each level.")
+    input_len: int = bounded(128, ge=1, le=INT32_MAX, limit=INT32, description="Prompt tokens per request.")
+    output_len: int = bounded(128, ge=1, le=INT32_MAX, limit=INT32, description="Output tokens per request.")
+    requests_per_level: int = bounded(
+        32, ge=4, le=INT32_MAX, limit=COUNT, description="Counted requests at each load level."
+    )
+    warmup: int = bounded(
+        4, ge=0, le=INT32_MAX, limit=COUNT, description="Uncounted requests before each level."
+    )
     attainment: float = Field(
         0.9,
         gt=0,
         le=1,
         description="Share of a level's requests that must meet the SLO for the level to pass.",
     )
-    max_concurrency: int = Field(256, ge=1, description="Highest closed-loop concurrency tried.")
-    rate_steps: int = Field(
-        4, ge=0, description="Poisson-rate bisection steps around the concurrency knee (0: closed loop only)."
+    max_concurrency: int = bounded(
+        256,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        limit="each concurrent request is an open stream of one client process",
+        description="Highest closed-loop concurrency tried.",
+    )
+    rate_steps: int = bounded(
+        4,
+        ge=0,
+        le=32,
+        limit="each step is one more measured load level",
+        description="Poisson-rate bisection steps around the concurrency knee (0: closed loop only).",
     )
 
     @field_validator("slo")
