@@ -32,6 +32,7 @@ from ...inspection.checkpoint import copy_tokenizer
 from ...keys import code_fingerprint
 from ..context import Context
 from .export_check import check_hf, check_sliding_window, check_trtllm
+from .integrity import calibration_error, check_finite, check_tensors
 from .model_io import (
     batches,
     device,
@@ -80,9 +81,10 @@ def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
 
 
 def check(ctx: Context, variant: Variant) -> None:
-    """Before any work: tp_size against the heads and the AWQ groups, and a sliding window the exports
-    cannot express."""
+    """Before any work: the checkpoint's tensors against the model its config.json describes (once per
+    run), tp_size against the heads and the AWQ groups, and a sliding window the exports cannot express."""
     info, _ = ctx.checkpoint()
+    ctx.cached("tensors", lambda: check_tensors(info, ctx.cfg.model.trust_remote_code))
     where = f"variant '{variant.name}'"
     check_shapes(variant.quantization, info.config, ctx.cfg.build.tp_size, where)
     check_sliding_window(info.config, ctx.cfg.build.max_seq_len, where)
@@ -144,6 +146,9 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
     t0 = time.perf_counter()
     model = load_model(cfg, info)
     timings["load_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    check_finite(model, info.path)  # NaN / inf weights refused, naming the tensor (integrity.py: cost)
+    timings["finite_scan_s"] = time.perf_counter() - t0
     measure("load")
     export_check: dict = {"fixed": [], "checked": []}
     where = f"variant '{variant.name}'"
@@ -170,7 +175,13 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
                         advance()
 
             t0 = time.perf_counter()
-            model = mtq.quantize(model, quant_cfg, forward_loop)
+            try:
+                model = mtq.quantize(model, quant_cfg, forward_loop)
+            except AssertionError as exc:
+                nan = calibration_error(exc, variant.name, cfg.build.dtype)
+                if nan is None:
+                    raise
+                raise nan from None
             timings["calibrate_s"] = time.perf_counter() - t0
             measure("calibrate")
         copy_tokenizer(tok_src, out / TOKENIZER_DIR)
