@@ -130,11 +130,14 @@ def check_data(file: Path, header: dict, header_len: int, size: int, key: str) -
 
 
 def shard_files(path: Path, key: str) -> tuple[list[Path], dict[str, str] | None]:
-    """The safetensors files to load and the index's weight_map (tensor -> shard), or None unsharded. With
-    an index, the shards are the ones it names, and every one must exist."""
+    """The safetensors files transformers loads and the index's weight_map (tensor -> shard), or None
+    unsharded. With an index, the shards are the ones it names, and every one must exist."""
     index = path / INDEX_FILE
     if not index.is_file():
-        return sorted(path.glob("*.safetensors")), None
+        # transformers loads model.safetensors alone when it exists (Mistral's repos also ship
+        # consolidated.safetensors, in another naming, for other tools)
+        single = path / "model.safetensors"
+        return ([single] if single.is_file() else sorted(path.glob("*.safetensors"))), None
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
         weight_map = data["weight_map"]
@@ -193,14 +196,14 @@ def check_layers(config: dict, shapes: dict, key: str) -> None:
     if max(found) + 1 > n + extra:
         raise LpxError(
             f"{key}: config.json declares num_hidden_layers {n} but the weights ({files}) hold {have} "
-            f"({len(found)} layers) - the config and the weights come from different models: set "
+            f"({len(found)} layer(s)) - the config and the weights come from different models: set "
             f"num_hidden_layers to {max(found) + 1} if the weights are the right ones, or re-download config.json"
         )
     missing = sorted(set(range(n)) - found)
     if missing:
         raise LpxError(
             f"{key}: config.json declares num_hidden_layers {n} but the weights ({files}) hold {have} "
-            f"({len(found)} layers; missing: {names(map(str, missing), 8)}) - re-download the checkpoint "
+            f"({len(found)} layer(s); missing: {names(map(str, missing), 8)}) - re-download the checkpoint "
             f"(a shard may be missing), or set num_hidden_layers to {len(found)} if the model really has that many"
         )
 

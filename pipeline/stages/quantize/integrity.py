@@ -89,7 +89,25 @@ def expected_tensors(model) -> tuple[dict, dict, re.Pattern | None, re.Pattern |
     return expected, tied, rx(missing_ok), rx(unexpected_ok)
 
 
+def _other_model(info, present, where, found, needed, missing, unexpected) -> str:
+    """The message for a config.json of another model than the weights' (bert over llama)."""
+    family = weights_family(present)
+    arch = info.config.get("architectures")
+    return (
+        f"config.json describes model_type '{info.config.get('model_type')}'"
+        + (f" ({', '.join(map(str, arch))})" if isinstance(arch, list) else "")
+        + f" but the weights ({where}) are "
+        + (f"a {family} model's" if family else "another model's")
+        + f": {found} of the {needed} tensors it needs are there (it needs e.g. "
+        f"{names(missing, 2)}; the weights hold e.g. {names(unexpected or list(present), 2)}) - "
+        "use the config.json that came with these weights"
+        + (f" (model_type '{family.split(' ')[0]}')" if family else "")
+    )
+
+
 def _problems(info: CheckpointInfo, present: dict, model) -> list[str]:
+    """Missing, unexpected and mis-shaped tensors of the checkpoint (present: name -> (dtype, shape, file))
+    against the meta-device model's."""
     expected, tied, missing_ok, unexpected_ok = expected_tensors(model)
     prefix = getattr(model, "base_model_prefix", "")
     # a checkpoint of the base model (no "model." prefix): transformers adds the prefix on load
@@ -110,18 +128,7 @@ def _problems(info: CheckpointInfo, present: dict, model) -> list[str]:
     where = names(shown, 2)
     found = len(expected) - len(missing)
     if expected and found < OTHER_MODEL * len(expected):
-        family = weights_family(present)
-        arch = info.config.get("architectures")
-        return [
-            f"config.json describes model_type '{info.config.get('model_type')}'"
-            + (f" ({', '.join(map(str, arch))})" if isinstance(arch, list) else "")
-            + f" but the weights ({where}) are "
-            + (f"a {family} model's" if family else "another model's")
-            + f": {found} of the {len(expected)} tensors it needs are there (it needs e.g. "
-            f"{names(missing, 2)}; the weights hold e.g. {names(unexpected or list(present), 2)}) - "
-            "use the config.json that came with these weights"
-            + (f" (model_type '{family.split(' ')[0]}')" if family else "")
-        ]
+        return [_other_model(info, present, where, found, len(expected), missing, unexpected)]
     out = []
     if missing:
         untied = [n for n in missing if n in tied or n in tied.values() or n.endswith("lm_head.weight")]
