@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,21 @@ from subprocess import PIPE
 
 import pytest
 import yaml
+from helpers_checkpoints import (
+    SHARDS,
+    WEIGHTS,
+    derive,
+    edit_config,
+    edit_tensors,
+    layer,
+    pack_st,
+    poke,
+    read_st,
+    rewrite,
+    shard,
+    tensors,
+    write_tensors,
+)
 from helpers_models import write_tiny_model
 
 from pipeline.cli import main
@@ -33,8 +47,6 @@ from pipeline.stages.quantize.model_io import load_model, load_tokenizer
 
 MODELS = ("llama-3.1-8b", "qwen2.5-0.5b", "mistral-7b-v0.3")
 ROOT = Path(__file__).resolve().parents[1]
-WEIGHTS = "model.safetensors"
-SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
 BF16 = {"nan": b"\xc0\x7f", "inf": b"\x80\x7f", "huge": b"\x7f\x7f"}  # little-endian bf16: NaN, +inf, 3.39e38
 
 
@@ -42,82 +54,6 @@ BF16 = {"nan": b"\xc0\x7f", "inf": b"\x80\x7f", "huge": b"\x7f\x7f"}  # little-e
 def originals(tmp_path_factory):
     base = tmp_path_factory.mktemp("integrity")
     return {name: write_tiny_model(base / name, name) for name in MODELS}
-
-
-# --- copies and edits ---------------------------------------------------------------------------------
-def derive(src: Path, dest: Path) -> Path:
-    """A copy of `src` whose files are hard links: free, and the base stays intact as long as every edit
-    replaces a file (rewrite) instead of writing into it."""
-    dest.mkdir(parents=True)
-    for f in src.iterdir():
-        os.link(f, dest / f.name)
-    return dest
-
-
-def rewrite(file: Path, data: bytes | str) -> None:
-    file.unlink(missing_ok=True)
-    file.write_bytes(data.encode() if isinstance(data, str) else data)
-
-
-def edit_config(ckpt: Path, **values) -> None:
-    rewrite(ckpt / "config.json", json.dumps({**json.loads((ckpt / "config.json").read_text()), **values}))
-
-
-def read_st(file: Path) -> tuple[dict, bytes]:
-    raw = file.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
-
-
-def pack_st(header: dict, data: bytes) -> bytes:
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data
-
-
-def tensors(file: Path) -> dict[str, tuple[dict, bytes]]:
-    header, data = read_st(file)
-    header.pop("__metadata__", None)
-    return {n: (m, data[m["data_offsets"][0] : m["data_offsets"][1]]) for n, m in header.items()}
-
-
-def write_tensors(file: Path, items: dict[str, tuple[dict, bytes]]) -> None:
-    header, data = {"__metadata__": {"format": "pt"}}, b""
-    for name, (meta, blob) in items.items():
-        header[name] = {**meta, "data_offsets": [len(data), len(data) + len(blob)]}
-        data += blob
-    rewrite(file, pack_st(header, data))
-
-
-def edit_tensors(ckpt: Path, edit) -> None:
-    """Rewrite model.safetensors with `edit(dict name -> (meta, bytes))` applied."""
-    items = tensors(ckpt / WEIGHTS)
-    edit(items)
-    write_tensors(ckpt / WEIGHTS, items)
-
-
-def poke(items, name: str, value: bytes, everywhere: bool = False) -> None:
-    meta, blob = items[name]
-    items[name] = (meta, value * (len(blob) // 2) if everywhere else blob[:6] + value + blob[8:])
-
-
-def shard(ckpt: Path, mapping=None, drop=None) -> None:
-    """Split the weights into two shards with an index; `mapping` edits the index's weight_map, `drop`
-    removes tensors from the second shard."""
-    items = tensors(ckpt / WEIGHTS)
-    (ckpt / WEIGHTS).unlink()
-    names = sorted(items)
-    half = {SHARDS[0]: names[: len(names) // 2], SHARDS[1]: names[len(names) // 2 :]}
-    weight_map = {n: f for f, ns in half.items() for n in ns}
-    for f, ns in half.items():
-        write_tensors(ckpt / f, {n: items[n] for n in ns if not (drop and f == SHARDS[1] and n in drop)})
-    if mapping:
-        mapping(weight_map)
-    rewrite(ckpt / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}))
-
-
-def layer(n: int, ckpt_items, part: str = "") -> list[str]:
-    return [k for k in ckpt_items if k.startswith(f"model.layers.{n}.{part}")]
 
 
 # --- the broken checkpoints: each breaks a copy and returns what the message must say --------------------
@@ -443,3 +379,17 @@ def test_only_modelopts_amax_assertion_becomes_a_message():
     assert "variant 'a': ModelOpt met NaN" in nan.message and "overflow bfloat16" in nan.message
     assert calibration_error(AssertionError("detected negative values after abs"), "a", "bfloat16") is None
     assert calibration_error(RuntimeError("detected nan values in amax"), "a", "bfloat16") is None
+
+
+def test_consolidated_weights_beside_the_hf_weights_are_not_read(originals, tmp_path):
+    """Mistral's repositories ship consolidated.safetensors (another naming, for other tools) beside the HF
+    weights: transformers loads model.safetensors alone, and so does the check (no false refusal)."""
+    ckpt = derive(originals["mistral-7b-v0.3"], tmp_path / "mistral")
+    items = tensors(ckpt / WEIGHTS)
+    write_tensors(
+        ckpt / "consolidated.safetensors",
+        {k.replace("self_attn.q_proj", "attention.wq"): v for k, v in items.items()},
+    )
+    info = inspect_checkpoint(ckpt)
+    assert [f.name for f in info.weights] == [WEIGHTS]
+    assert check_tensors(info, False) == f"{len(items)} tensors match the model config.json describes"
