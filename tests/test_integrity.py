@@ -238,13 +238,18 @@ def overflowing_weights(ckpt, name):
     return ["ModelOpt met", "in a calibration range (amax)", "try build.dtype: float32"]
 
 
-BEFORE_WORK = [
-    layer_tensors_missing, layer_missing, config_more_layers, bert_config, architecture_edited,
-    unexpected_tensor, shape_mismatch, lm_head_missing, shard_missing, shard_mismapped, shard_tensor_absent,
-    truncated, header_garbage, offsets_inconsistent, tokenizer_missing, tokenizer_json_corrupt,
-    tokenizer_config_corrupt, config_not_object, config_string_layers,
+# refused by the checkpoint inspection every stage shares, before any stage runs (metadata only)
+BEFORE_ANY_STAGE = [
+    layer_missing, config_more_layers, shard_missing, shard_mismapped, shard_tensor_absent, truncated,
+    header_garbage, offsets_inconsistent, config_not_object, config_string_layers,
 ]  # fmt: skip
-IN_QUANTIZE = [tokenizer_json_not_a_tokenizer, nan_weight, inf_weight, overflowing_weights]
+# refused by the quantize stage before it loads anything (tokenizer files; headers against the meta model)
+BEFORE_LOADING = [
+    layer_tensors_missing, bert_config, architecture_edited, unexpected_tensor, shape_mismatch,
+    lm_head_missing, tokenizer_missing, tokenizer_json_corrupt, tokenizer_config_corrupt,
+]  # fmt: skip
+# found once the tokenizer or the weights are loaded, or while calibrating
+AFTER_LOADING = [tokenizer_json_not_a_tokenizer, nan_weight, inf_weight, overflowing_weights]
 
 
 # --- driving the CLI ------------------------------------------------------------------------------------
@@ -283,26 +288,23 @@ def assert_refused(code: int, out: str, expected: list[str]) -> None:
 
 
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("breakage", BEFORE_WORK, ids=lambda f: f.__name__)
-def test_refused_before_any_work(originals, tmp_path, isolated_home, monkeypatch, capsys, name, breakage):
-    ckpt = derive(originals[name], tmp_path / name)
-    expected = breakage(ckpt, name)
-    code, out = lpx(monkeypatch, capsys, "quantize", "-c", str(lpx_yaml(tmp_path, ckpt)))
-    assert_refused(code, out, expected)
-    assert "running" not in out, "refused before any stage runs"
-    assert not (isolated_home / "artifacts").exists() or not list((isolated_home / "artifacts").iterdir())
-
-
-@pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("breakage", IN_QUANTIZE, ids=lambda f: f.__name__)
-def test_refused_while_quantizing(originals, tmp_path, isolated_home, monkeypatch, capsys, name, breakage):
-    """Found only once the tokenizer or the weights are loaded: the quantize stage fails, its staging folder
-    is removed, nothing is committed."""
+@pytest.mark.parametrize(
+    "breakage", BEFORE_ANY_STAGE + BEFORE_LOADING + AFTER_LOADING, ids=lambda f: f.__name__
+)
+def test_a_broken_checkpoint_is_refused(
+    originals, tmp_path, isolated_home, monkeypatch, capsys, name, breakage
+):
+    """`lpx quantize` on the broken copy: a non-zero exit, the message naming the file or tensor and the fix,
+    no traceback; a failed quantize stage removes its staging folder and commits nothing."""
     ckpt = derive(originals[name], tmp_path / name)
     expected = breakage(ckpt, name)
     code, out = lpx(monkeypatch, capsys, "quantize", "-c", str(lpx_yaml(tmp_path, ckpt)))
     assert_refused(code, out, expected)
     assert_nothing_complete(isolated_home)
+    if breakage in BEFORE_ANY_STAGE:
+        assert "running" not in out, "refused before any stage runs"
+    else:
+        assert "quantize  fp8" in out and "running" in out, "refused by the quantize stage"
 
 
 def test_two_cases_end_to_end_in_a_subprocess(originals, tmp_path, isolated_home):

@@ -19,7 +19,6 @@ from .integrity import (
     check_data,
     check_layers,
     check_shards,
-    check_tokenizer_files,
     shard_files,
 )
 
@@ -106,8 +105,6 @@ def inspect_checkpoint(
         if weight_map is not None:
             check_shards(path / INDEX_FILE, weight_map, shapes)
         check_layers(config, shapes, key)
-    tok_folder = Path(tokenizer) if tokenizer is not None else path
-    check_tokenizer_files(tok_folder, "model.tokenizer" if tokenizer is not None else key)
     return CheckpointInfo(path, config, safetensors or pickles, pickle_only)
 
 

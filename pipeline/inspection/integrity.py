@@ -1,7 +1,8 @@
 """A checkpoint's files checked for integrity before any work, from metadata only (no weights read): the
 types of config.json's fields, the shard index (model.safetensors.index.json) against the shards' headers,
 the data length each safetensors header promises, the layer indices in the tensor names against
-num_hidden_layers, and the tokenizer's files. Each refusal names the file and the fix (LPX issue 23).
+num_hidden_layers, and (for the quantize stage, before it loads anything) the tokenizer's files. Each
+refusal names the file and the fix (LPX issue 23).
 
 What needs the model's own parameter list (missing / unexpected / mis-shaped tensors against the model
 config.json describes, built on the meta device) is pipeline/stages/quantize/integrity.py: it needs torch

@@ -32,7 +32,7 @@ from ...inspection.checkpoint import copy_tokenizer
 from ...keys import code_fingerprint
 from ..context import Context
 from .export_check import check_hf, check_sliding_window, check_trtllm
-from .integrity import calibration_error, check_finite, check_tensors
+from .integrity import calibration_error, check_before_loading, check_finite
 from .model_io import (
     batches,
     device,
@@ -81,10 +81,9 @@ def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
 
 
 def check(ctx: Context, variant: Variant) -> None:
-    """Before any work: the checkpoint's tensors against the model its config.json describes (once per
-    run), tp_size against the heads and the AWQ groups, and a sliding window the exports cannot express."""
+    """Before any work: tp_size against the heads and the AWQ groups, and a sliding window the exports
+    cannot express."""
     info, _ = ctx.checkpoint()
-    ctx.cached("tensors", lambda: check_tensors(info, ctx.cfg.model.trust_remote_code))
     where = f"variant '{variant.name}'"
     check_shapes(variant.quantization, info.config, ctx.cfg.build.tp_size, where)
     check_sliding_window(info.config, ctx.cfg.build.max_seq_len, where)
@@ -133,6 +132,8 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
         exports = tuple(e for e in exports if e != "hf")
     # a clean copy is restored from the state file when both exports run (each rewrites the weights in place)
     scratch_state = "state" not in exports and {"trtllm", "hf"} <= set(exports)
+    # before anything is loaded: the tokenizer's files, and the tensors against the model config.json describes
+    notes.append(ctx.cached("integrity", lambda: check_before_loading(cfg, info)))
     disk = check_disk(info, q.format, exports, out, cfg.model.name, variant.name, scratch_state)
     tokenizer = load_tokenizer(cfg)
     tok_src = cfg.model.tokenizer or cfg.model.checkpoint

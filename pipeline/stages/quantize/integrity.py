@@ -3,7 +3,7 @@
 checkpoint missing a layer, or a config of another model over these weights, would quantize, evaluate
 (random against random) and build with exit 0. Three checks, cheapest first:
 
-  before any work  the tensors of the safetensors headers against the model config.json describes, built
+  before loading   the tensors of the safetensors headers against the model config.json describes, built
                    on the meta device (no memory, no weights read; Llama-3.1-8B: 1.0 s on the shared CI
                    CPU, 2.7 s on first use with its lazy imports) - missing, unexpected and mis-shaped
                    tensors, tied embeddings and transformers' own ignore-lists honoured; a config of
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ...errors import LpxError, StageFailed
 from ...inspection.checkpoint import CheckpointInfo, tensor_shapes
-from ...inspection.integrity import names
+from ...inspection.integrity import check_tokenizer_files, names
 
 # The weights' family, for the message when config.json describes another model: a characteristic tensor
 # name (layer index 0) of each, most specific first.
@@ -177,7 +177,7 @@ def check_architecture(info: CheckpointInfo) -> None:
 
 
 def check_tensors(info: CheckpointInfo, trust_remote_code: bool) -> str:
-    """Refuse, before any work, a checkpoint whose safetensors headers do not hold exactly the model
+    """Refuse, before anything is loaded, a checkpoint whose safetensors headers do not hold exactly the model
     config.json describes. Returns what was checked (for the log), or why the check was left to load time."""
     if info.pickle_only:
         return "pickle weights: checked when loaded"
@@ -194,9 +194,21 @@ def check_tensors(info: CheckpointInfo, trust_remote_code: bool) -> str:
     if problems:
         raise LpxError(
             f"model.checkpoint: {info.path} does not hold the model its config.json describes, refused "
-            "before any work:\n" + "\n".join(f"  {p}" for p in problems)
+            "before loading it:\n" + "\n".join(f"  {p}" for p in problems)
         )
     return f"{len(present)} tensors match the model config.json describes"
+
+
+def check_before_loading(cfg, info: CheckpointInfo) -> str:
+    """What the quantize stage checks before it loads anything (once per run): the tokenizer's files and
+    the checkpoint's tensors. Returns the note for the manifest. Not in the stage's `check`: the checks that
+    run before any stage (memory fit, lengths) also take metadata-only stand-ins of large checkpoints."""
+    m = cfg.model
+    if m.tokenizer:
+        check_tokenizer_files(Path(m.tokenizer), "model.tokenizer")
+    else:
+        check_tokenizer_files(info.path, "model.checkpoint")
+    return f"integrity: {check_tensors(info, m.trust_remote_code)}"
 
 
 def check_loading_info(loading: dict, path: Path) -> None:
