@@ -76,7 +76,7 @@ def check_config_types(config, cfg_file: Path, key: str) -> None:
         v = c.get(name)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             problems.append(f"{name} is {json.dumps(v)} ({_kind(v)}), must be a positive number")
-    if not isinstance(config.get("model_type"), str):
+    if "model_type" in config and not isinstance(config["model_type"], str):
         problems.append(
             f'model_type is {json.dumps(config.get("model_type"))}, must name the model (e.g. "llama")'
         )
