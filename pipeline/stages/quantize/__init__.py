@@ -4,6 +4,8 @@ target needs. This package owns the stage's key (`inputs`), its checks and its r
   __init__.py      check / inputs / run, and which exports a target needs
   recipes.py       ModelOpt's recipe per format (ordered quantizer list) and the shape checks
   model_io.py      loading the checkpoint, saving the ModelOpt state, the TensorRT-LLM and HF exports
+  integrity.py     every tensor loaded from the checkpoint (headers vs the meta model, loading info), none
+                   NaN / inf, ModelOpt's NaN-amax assertion as a message
   source_config.py the numerics fields of the source HF config (rope, norms, ...) in one normalized form
   export_check.py  each export checked (and completed) against the source config before the stage commits
   resources.py     disk space before and while writing, host / GPU memory per phase
