@@ -13,6 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LpxError
+from .integrity import (
+    INDEX_FILE,
+    check_config_types,
+    check_data,
+    check_layers,
+    check_shards,
+    shard_files,
+)
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -76,9 +84,10 @@ def inspect_checkpoint(
         )
     try:
         config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise LpxError(f"{key}: {cfg_file} is not valid JSON ({exc}) - re-download the checkpoint") from None
-    safetensors = sorted(path.glob("*.safetensors"))
+    check_config_types(config, cfg_file, key)
+    safetensors, weight_map = shard_files(path, key)
     pickles = sorted(p for p in path.glob("*.bin") if p.name != "training_args.bin") + sorted(
         path.glob("*.pt")
     )
@@ -91,6 +100,11 @@ def inspect_checkpoint(
             "Convert them to safetensors, or set model.allow_pickle: true if you trust the source"
         )
     check_consistency(path, config, safetensors, key, tokenizer)
+    if safetensors:
+        shapes = tensor_shapes(safetensors, key)
+        if weight_map is not None:
+            check_shards(path / INDEX_FILE, weight_map, shapes)
+        check_layers(config, shapes, key)
     return CheckpointInfo(path, config, safetensors or pickles, pickle_only)
 
 
@@ -112,11 +126,12 @@ def safetensors_header(file: Path, key: str = "model.checkpoint") -> dict:
             header = json.loads(fh.read(n))
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise LpxError(
             f"{key}: {file} is not a readable safetensors file ({exc}) - the download may be incomplete; "
             "re-download it"
         ) from None
+    check_data(file, header, n, size, key)
     return header
 
 

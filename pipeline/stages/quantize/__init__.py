@@ -4,6 +4,8 @@ target needs. This package owns the stage's key (`inputs`), its checks and its r
   __init__.py      check / inputs / run, and which exports a target needs
   recipes.py       ModelOpt's recipe per format (ordered quantizer list) and the shape checks
   model_io.py      loading the checkpoint, saving the ModelOpt state, the TensorRT-LLM and HF exports
+  integrity.py     every tensor loaded from the checkpoint (headers vs the meta model, loading info), none
+                   NaN / inf, ModelOpt's NaN-amax assertion as a message
   source_config.py the numerics fields of the source HF config (rope, norms, ...) in one normalized form
   export_check.py  each export checked (and completed) against the source config before the stage commits
   resources.py     disk space before and while writing, host / GPU memory per phase
@@ -32,6 +34,7 @@ from ...inspection.checkpoint import copy_tokenizer
 from ...keys import code_fingerprint
 from ..context import Context
 from .export_check import check_hf, check_sliding_window, check_trtllm
+from .integrity import calibration_error, check_before_loading, check_finite
 from .model_io import (
     batches,
     device,
@@ -131,6 +134,8 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
         exports = tuple(e for e in exports if e != "hf")
     # a clean copy is restored from the state file when both exports run (each rewrites the weights in place)
     scratch_state = "state" not in exports and {"trtllm", "hf"} <= set(exports)
+    # before anything is loaded: the tokenizer's files, and the tensors against the model config.json describes
+    notes.append(ctx.cached("integrity", lambda: check_before_loading(cfg, info)))
     disk = check_disk(info, q.format, exports, out, cfg.model.name, variant.name, scratch_state)
     tokenizer = load_tokenizer(cfg)
     tok_src = cfg.model.tokenizer or cfg.model.checkpoint
@@ -144,6 +149,9 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
     t0 = time.perf_counter()
     model = load_model(cfg, info)
     timings["load_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    check_finite(model, info.path)  # NaN / inf weights refused, naming the tensor (integrity.py: cost)
+    timings["finite_scan_s"] = time.perf_counter() - t0
     measure("load")
     export_check: dict = {"fixed": [], "checked": []}
     where = f"variant '{variant.name}'"
@@ -170,7 +178,13 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
                         advance()
 
             t0 = time.perf_counter()
-            model = mtq.quantize(model, quant_cfg, forward_loop)
+            try:
+                model = mtq.quantize(model, quant_cfg, forward_loop)
+            except AssertionError as exc:
+                nan = calibration_error(exc, variant.name, cfg.build.dtype)
+                if nan is None:
+                    raise
+                raise nan from None
             timings["calibrate_s"] = time.perf_counter() - t0
             measure("calibrate")
         copy_tokenizer(tok_src, out / TOKENIZER_DIR)

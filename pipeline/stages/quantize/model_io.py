@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 from ...config import Config, Variant
-from ...errors import LpxError
+from ...errors import LpxError, disk_full_cause
 from ...inspection.checkpoint import CheckpointInfo, copy_tokenizer
+from .integrity import check_loading_info
 
 STATE_FILE = "modelopt_state.pth"
 # TensorRT-LLM decoder names for ModelOpt's TRT-LLM export, by HF architecture
@@ -35,34 +36,53 @@ def device() -> str:
 
 
 def load_model(cfg: Config, info: CheckpointInfo):
+    """The source model on this machine's device, refused unless transformers loaded every tensor from the
+    checkpoint (output_loading_info; integrity.py)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     try:
-        return (
-            AutoModelForCausalLM.from_pretrained(
-                info.path,
-                dtype=torch_dtype(cfg.build.dtype),
-                trust_remote_code=cfg.model.trust_remote_code,
-                use_safetensors=not info.pickle_only,
-            )
-            .to(device())
-            .eval()
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            info.path,
+            dtype=torch_dtype(cfg.build.dtype),
+            trust_remote_code=cfg.model.trust_remote_code,
+            use_safetensors=not info.pickle_only,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported in the loading info (and refused there), naming the tensor
         )
-    except ValueError as exc:
+    except (ValueError, OSError, RuntimeError, KeyError, SafetensorError) as exc:
         if "trust_remote_code" in str(exc):
             raise LpxError(
                 f"{info.path} needs its own Python code to load; set model.trust_remote_code: true "
                 "only if you trust its source"
             ) from None
-        raise
+        if "out of memory" in str(exc).lower() or disk_full_cause(exc) is not None:
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise LpxError(
+            f"model.checkpoint: transformers cannot load {info.path} ({type(exc).__name__}: {first}) - "
+            "re-download the checkpoint, or use the config.json that came with these weights"
+        ) from None
+    check_loading_info(loading, info.path)
+    return model.to(device()).eval()
 
 
 def load_tokenizer(cfg: Config):
+    """The tokenizer of model.tokenizer (else the checkpoint's), or a message naming its folder and the fix."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(
-        cfg.model.tokenizer or cfg.model.checkpoint, trust_remote_code=cfg.model.trust_remote_code
-    )
+    folder = cfg.model.tokenizer or cfg.model.checkpoint
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as exc:  # tokenizers' Rust errors are plain Exceptions
+        if disk_full_cause(exc) is not None:
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise LpxError(
+            f"{'model.tokenizer' if cfg.model.tokenizer else 'model.checkpoint'}: transformers cannot load the "
+            f"tokenizer in {folder} ({type(exc).__name__}: {first}) - tokenizer.json or tokenizer_config.json "
+            "is damaged or from another library version: re-download the tokenizer files"
+        ) from None
 
 
 def batches(tokenizer, texts: list[str], seq_len: int, batch_size: int):
