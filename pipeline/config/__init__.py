@@ -174,6 +174,20 @@ class OpenAIGateway(Strict):
         description="The `limits` storage: memory:// for one gateway, redis://HOST:PORT shared by several.",
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger request bodies get 413.")
+    max_header_bytes: int = Field(
+        16_384,
+        ge=1024,
+        le=1_048_576,
+        description="Request line + headers above this get 431 (before the key).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's headers must arrive within this; else 408 and the connection closed.",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Longest pause while a body is read; else 408 and the connection closed."
+    )
     request_timeout_s: float = Field(600.0, gt=0, description="A request still running then is ended.")
     drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM, in-flight streams get this long.")
     access_log: Path | None = Field(
