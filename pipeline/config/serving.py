@@ -48,6 +48,27 @@ class OpenAIGateway(Strict):
     max_body_bytes: int = bounded(
         1_048_576, ge=1024, le=2**30, limit="1 GiB", description="Larger request bodies get 413."
     )
+    max_header_bytes: int = bounded(
+        16_384,
+        ge=1024,
+        le=1_048_576,
+        limit="1 MiB",
+        description="Request line + headers above this get 431 (before the key).",
+    )
+    header_timeout_s: float = bounded(
+        10.0,
+        gt=0,
+        le=HOUR,
+        limit="an hour",
+        description="A request's headers must arrive within this; else 408 and the connection closed.",
+    )
+    body_timeout_s: float = bounded(
+        30.0,
+        gt=0,
+        le=HOUR,
+        limit="an hour",
+        description="Longest pause while a body is read; else 408 and the connection closed.",
+    )
     request_timeout_s: float = bounded(
         600.0, gt=0, le=DAY, limit="a day", description="A request still running then is ended."
     )

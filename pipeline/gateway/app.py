@@ -164,7 +164,15 @@ def create_app(settings: GatewaySettings) -> Any:
         else:
             await route(scope, receive, send)
 
-    return Gate(dispatch, gw.keys, gw.metrics, gw.access, settings.open_routes, settings.max_body_bytes)
+    return Gate(
+        dispatch,
+        gw.keys,
+        gw.metrics,
+        gw.access,
+        settings.open_routes,
+        settings.max_body_bytes,
+        settings.drain_timeout_s,
+    )
 
 
 class GenerationRoute:
@@ -280,10 +288,12 @@ async def _until_disconnect(work: Any, receive: Any) -> bool:
     listener = asyncio.ensure_future(_disconnected(receive))
     try:
         await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done() and not listener.done():  # we were cancelled ourselves (shutdown)
-            task.cancel()
-        listener.cancel()
+    except asyncio.CancelledError:  # we were cancelled ourselves (the drain ran out): so is the work,
+        listener.cancel()  # and its cleanup (the gRPC call closed, the record filled) ends before the answer
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    listener.cancel()
     if not task.done():
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -350,8 +360,10 @@ class SSEResponse(Response):
         except ApiError as exc:
             self.rec["error"] = exc.message
             await send({"type": body, "body": render.error_event(exc.body()) + DONE, "more_body": False})
+            self.rec["complete"] = True  # (no await between: a drain cannot end it a second time)
             return
         tail = render.finish_chunk(self.gen.finish_reason or "stop")
         if render.include_usage:
             tail += render.usage_chunk(self.gen)
         await send({"type": body, "body": tail + DONE, "more_body": False})
+        self.rec["complete"] = True

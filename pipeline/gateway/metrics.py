@@ -8,6 +8,9 @@ Metric names (all prefixed `lpx_gateway_`):
   e2e_request_latency_seconds{route}       histogram  request arrival -> last byte of the answer
   prompt_tokens_total / completion_tokens_total{route}  counters
   requests_in_flight                       gauge  requests being generated now
+  connections_refused_total{reason}        counter  connections closed before a request was read, or
+                                           mid-body: headers_too_large (431), header_timeout (408),
+                                           body_timeout (408), idle (no byte within header_timeout_s)
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ class Metrics:
             "lpx_gateway_completion_tokens", "Completion tokens", ["route"], registry=r
         )
         self.in_flight = Gauge("lpx_gateway_requests_in_flight", "Requests being generated now", registry=r)
+        self.refused = Counter(
+            "lpx_gateway_connections_refused",
+            "Connections closed by the transport's limits, by reason",
+            ["reason"],
+            registry=r,
+        )
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

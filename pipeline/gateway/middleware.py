@@ -3,18 +3,26 @@ request id, the body limit (413), the API key (401), and at the end of every req
 line and its metrics - for a stream, once its last byte is sent.
 
 Handlers put what they learn (key, model, token counts, finish_reason, first-token time) into
-`scope["state"]["lpx"]`, the request's record.
+`scope["state"]["lpx"]`, the request's record; the transport (transport.py) marks in it a client that
+left (499) or a body that stopped coming (408).
+
+Drain: when the server's drain time is over (process.DrainingServer sets `drained` and cancels what still
+runs), each request ends here in the client's terms - a 503 in OpenAI's shape where the response has not
+started, an SSE error event and `data: [DONE]` for a stream - and gets its access-log line (the log is
+closed only after every request ended). No request ends as uvicorn's plain-text 500.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Any
 
-from .errors import ApiError, TooLarge
+from .errors import ApiError, TooLarge, unexpected
 from .keys import ANONYMOUS, KeyRing
 from .metrics import AccessLog, Metrics
+from .responses import DONE, Renderer
 
 ROUTES = (
     "/v1/models",
@@ -43,10 +51,19 @@ def _header(scope: dict, name: bytes) -> str | None:
 
 class Gate:
     def __init__(
-        self, app: Any, keys: KeyRing, metrics: Metrics, log: AccessLog, open_routes: list[str], max_body: int
+        self,
+        app: Any,
+        keys: KeyRing,
+        metrics: Metrics,
+        log: AccessLog,
+        open_routes: list[str],
+        max_body: int,
+        drain_timeout_s: float = 0.0,
     ):
         self.app, self.keys, self.metrics, self.log = app, keys, metrics, log
         self.open_routes, self.max_body = set(open_routes), max_body
+        self.drain_timeout_s = drain_timeout_s
+        self.drained = False  # the drain time is over: a cancelled request is ended by _drain_end
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -84,8 +101,33 @@ class Gate:
         except TooLarge:
             if rec["status"] is None:
                 await self._answer(self._too_large(), rec, send_wrapped)
+        except asyncio.CancelledError:
+            if not self.drained:
+                raise
+            await self._drain_end(rec, send_wrapped)
+        except Exception as exc:  # a bug: still OpenAI's shape, never uvicorn's plain-text 500
+            if rec["status"] is not None:
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+                raise
+            await self._answer(unexpected(exc, path), rec, send_wrapped)
         finally:
             self._record(rec)
+
+    async def _drain_end(self, rec: dict, send: Any) -> None:
+        """End a request the drain cancelled the way its client can read."""
+        error = ApiError(
+            503,
+            f"The server is shutting down and ended this request when its drain time of "
+            f"{self.drain_timeout_s:g} s (serving.openai.drain_timeout_s) ran out - send it again",
+            code="server_shutting_down",
+        )
+        if rec["status"] is None:
+            await self._answer(error, rec, send)
+        elif rec.get("stream") and rec["status"] == 200 and not rec.get("complete"):
+            rec["error"] = error.message
+            tail = Renderer.error_event(error.body()) + DONE
+            await rec["raw_send"]({"type": "http.response.body", "body": tail, "more_body": False})
+            rec["complete"] = True
 
     def _check(self, scope: dict, path: str, rec: dict) -> ApiError | None:
         length = _header(scope, b"content-length")
@@ -96,6 +138,14 @@ class Gate:
         if not self.keys.required:
             rec["key_id"] = ANONYMOUS
             return None
+        if self.keys.broken is not None:  # logged once by the ring, naming the file
+            return ApiError(
+                401,
+                "API keys cannot be checked now: the server's keys file is missing or unreadable - the "
+                "server's operator must restore it (the gateway's log names it); every key is refused until then",
+                code="keys_unavailable",
+                type="invalid_request_error",
+            )
         auth = _header(scope, b"authorization") or ""
         scheme, _, secret = auth.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
@@ -146,7 +196,9 @@ class Gate:
     def _record(self, rec: dict) -> None:
         end = time.perf_counter()
         rec["latency_ms"] = round((end - rec["t0"]) * 1e3, 3)
-        if rec.get("disconnected"):
+        if rec.get("timed_out"):  # the transport answered 408 (transport.py)
+            rec["status"], rec["error"] = 408, rec["timed_out"]
+        elif rec.get("disconnected"):
             rec["status"], rec["error"] = 499, "client disconnected"
         status = rec["status"] or 500
         rec["status"] = status

@@ -2,9 +2,13 @@
 (uvloop and httptools where installed), and `GatewayProcess` starts, waits for and stops that child the
 way tritonserver.py does for Triton.
 
-SIGTERM (or SIGINT) makes uvicorn stop accepting connections and lets in-flight streams finish for up
-to `drain_timeout_s`; then it cancels what is left (each cancel closes its gRPC call) and exits. `lpx
-serve` stops the gateway first and Triton after it, so draining streams still have their engine.
+Connections go through transport.py's protocol (header size limit, header and body read timeouts,
+before any request reaches the application). SIGTERM (or SIGINT) makes uvicorn stop accepting
+connections and lets in-flight requests finish for up to `drain_timeout_s`; then DrainingServer ends
+what is left - each cancel closes its gRPC call, and the Gate answers it (503, or an SSE error event and
+`data: [DONE]`) and logs it - and only once every request has ended does the application shut down (the
+access log closed last). `lpx serve` stops the gateway first and Triton after it, so draining streams
+still have their engine.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from ..errors import LpxError, StageFailed
 from .settings import GatewaySettings
+
+log = logging.getLogger("lpx.gateway")
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -47,6 +54,49 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+GIVE_UP_S = 5.0  # after the drain time, how long cancelled requests get to write their end
+
+
+def draining_server(config: Any, gate: Any, drain_timeout_s: float) -> Any:
+    """A uvicorn.Server whose shutdown, once `drain_timeout_s` has passed, cancels the requests still
+    running with `gate.drained` set (the Gate ends each in the client's terms) and waits for them to end
+    before the application's shutdown; a request that does not end within GIVE_UP_S more is abandoned."""
+    import asyncio
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list | None = None) -> None:
+            loop = asyncio.get_running_loop()
+            timers = [
+                loop.call_later(drain_timeout_s, self._drain_over),
+                loop.call_later(drain_timeout_s + GIVE_UP_S, self._give_up),
+            ]
+            try:
+                await super().shutdown(sockets)
+            finally:
+                for timer in timers:
+                    timer.cancel()
+
+        def _drain_over(self) -> None:
+            tasks = list(self.server_state.tasks)
+            if tasks:
+                log.warning(
+                    "drain_timeout_s (%g s) ran out: ending %d request(s) still running",
+                    drain_timeout_s,
+                    len(tasks),
+                )
+            gate.drained = True
+            for task in tasks:
+                task.cancel("drain_timeout_s ran out")
+
+        def _give_up(self) -> None:
+            log.error("requests still running %g s after the drain ended: exiting without them", GIVE_UP_S)
+            self.force_exit = True
+
+    return DrainingServer(config)
+
+
 def run(settings: GatewaySettings, ready_file: Path | None = None) -> None:
     """Serve until SIGTERM/SIGINT (blocking). Writes {"port", "pid"} to `ready_file` once listening."""
     import asyncio
@@ -56,20 +106,26 @@ def run(settings: GatewaySettings, ready_file: Path | None = None) -> None:
     from .app import create_app
 
     logging.basicConfig(level=logging.INFO, format="gateway: %(message)s", stream=sys.stderr)
+    if not _installed("httptools"):
+        raise LpxError("The gateway needs httptools (an LPX dependency) - reinstall LPX: pip install -e .")
+    from .transport import strict_protocol
+
     sock = _bind(settings.host, settings.port)
     port = sock.getsockname()[1]
+    app = create_app(settings)
+    s = settings
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         loop="uvloop" if _installed("uvloop") else "asyncio",
-        http="httptools" if _installed("httptools") else "h11",
+        http=strict_protocol(s.max_header_bytes, s.header_timeout_s, s.body_timeout_s, app.metrics),
         log_level="warning",
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=settings.drain_timeout_s,
+        timeout_graceful_shutdown=None,  # DrainingServer ends what runs at drain_timeout_s
         timeout_keep_alive=30,
         backlog=4096,
     )
-    server = uvicorn.Server(config)
+    server = draining_server(config, app, settings.drain_timeout_s)
     # uvicorn restores these after its graceful shutdown and re-raises the signal it caught: a no-op here
     # makes a drained SIGTERM / SIGINT a clean exit (code 0) instead of death by the signal
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -204,7 +260,7 @@ class GatewayProcess:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=self.settings.drain_timeout_s + 10)
+                proc.wait(timeout=self.settings.drain_timeout_s + GIVE_UP_S + 10)
             except subprocess.TimeoutExpired:
                 proc.kill()
         return proc.wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifacts import home
 from ..config import Config
@@ -26,6 +26,12 @@ class GatewaySettings(BaseModel):
     tokens_per_minute: int | None = None
     rate_limit_storage: str = "memory://"
     max_body_bytes: int = 1_048_576
+    # the transport's limits (transport.py), enforced before a request reaches the application:
+    # 16 KiB of request line + headers, as Node.js and h11 allow by default (nginx 32 KiB in 8 KiB lines);
+    # OpenAI's SDKs send about 1 KiB
+    max_header_bytes: int = Field(16_384, ge=1024, le=1_048_576)
+    header_timeout_s: float = Field(10.0, gt=0)  # the whole head, from the connection's first byte
+    body_timeout_s: float = Field(30.0, gt=0)  # between two reads of a body
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0
     access_log: str | None = None  # a file, "-" for stdout, None for none
@@ -51,6 +57,9 @@ def from_config(cfg: Config, triton_url: str, tokenizer: Path, port: int | None 
         tokens_per_minute=g.tokens_per_minute,
         rate_limit_storage=g.rate_limit_storage,
         max_body_bytes=g.max_body_bytes,
+        max_header_bytes=g.max_header_bytes,
+        header_timeout_s=g.header_timeout_s,
+        body_timeout_s=g.body_timeout_s,
         request_timeout_s=g.request_timeout_s,
         drain_timeout_s=g.drain_timeout_s,
         access_log=str(g.access_log or home() / "logs" / "gateway-access.log"),
