@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import LpxError, StageFailed, UsageError
 from ..facts.gpu import lookup_gpu
+from ..slo import parse_slo
 from . import report, roofline
 from .compare import parse_variant
 from .load import (
@@ -24,7 +25,7 @@ from .load import (
     run_closed,
     run_open,
 )
-from .metrics import parse_slo, summarize
+from .metrics import summarize
 
 
 def parse_levels(text: str) -> list[int]:

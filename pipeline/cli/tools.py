@@ -9,7 +9,7 @@ import click
 
 from ..facts.models import PRESETS
 from ..facts.trtllm import BUILD_LINES, LINES
-from .options import dataset_field_option, dataset_option
+from .options import dataset_field_option, dataset_option, slo_option
 
 
 @click.command("bench")
@@ -104,7 +104,7 @@ from .options import dataset_field_option, dataset_option
     "without one, prompts are common words of about --input-len tokens.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
+@slo_option("Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Folder for results.json/.md/plots."
 )

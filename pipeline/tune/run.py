@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..bench import report as bench_report
-from ..bench.metrics import parse_slo
 from ..config import Config
 from ..errors import LpxError, UsageError
 from ..progress import Reporter
+from ..slo import parse_slo
 from . import answer, report, space
 from .cells import Measurement, measure_local, measure_remote, slo_label
 from .search import SearchSettings
@@ -102,7 +102,7 @@ def quality_per_variant(cfg: Config, cells: list[space.Cell], report_: Reporter)
 def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print) -> dict[str, Any]:
     report_ = report_ or Reporter()
     t = cfg.tune
-    slos = [parse_slo(s) for s in opts.slos]
+    slos = [parse_slo(s, "--slo / tune.slo", required=True) for s in opts.slos]
     if not slos or not all(slos):
         raise UsageError("lpx tune needs an SLO: --slo ttft=200ms,itl=30ms (or tune.slo in lpx.yaml)")
     m = Measurement(
