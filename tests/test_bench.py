@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from pipeline.bench import report
 from pipeline.bench.load import LoadSpec, Record, Run, arrival_offsets, run_closed
 from pipeline.bench.metrics import parse_slo, request_metrics, stats, summarize
-from pipeline.bench.sweep import parse_levels
+from pipeline.bench.options import parse_levels
 from pipeline.bench.toy import write_toy_repo
 from pipeline.cli.tools import bench as bench_command
 from pipeline.errors import LpxError
