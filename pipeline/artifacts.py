@@ -24,8 +24,8 @@ from .errors import disk_full, disk_full_cause
 MANIFEST = "manifest.json"
 OWNER = ".lpx-owner"  # in a staging folder: "<pid> <process start time>", so a reused pid is not taken for its owner
 SCHEMA = 1
-# stage name -> folder under artifacts/
-KINDS = {"quantize": "checkpoints", "eval": "evals", "build": "engines", "repo": "repos"}
+# stage name -> folder under artifacts/ ("tune": `lpx tune`'s cell measurements, pipeline/tune/cells.py)
+KINDS = {"quantize": "checkpoints", "eval": "evals", "build": "engines", "repo": "repos", "tune": "tune"}
 
 
 def home() -> Path:

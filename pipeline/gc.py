@@ -73,7 +73,8 @@ def collect(config_paths: list[Path], store: Store | None = None) -> Plan:
         if model not in models:
             plan.other_models.add(model)
             continue
-        if slot in undecided:
+        measured = store.slot("repo", model, variant, arch) if stage == "tune" else None  # its repository
+        if slot in undecided or measured in undecided:
             continue
         for d in sorted(slot.iterdir()):
             if not d.is_dir():
@@ -87,17 +88,25 @@ def collect(config_paths: list[Path], store: Store | None = None) -> Plan:
                 continue
             if d.name.startswith("."):
                 continue
-            if d.name in refs.get(slot, ()):
+            if d.name in refs.get(slot, ()) or (measured and _repo_of(d) in refs.get(measured, ())):
                 plan.kept += 1
                 continue
             if read_manifest(d) is None:
                 reason = "incomplete: no valid manifest"
+            elif measured:
+                reason = f"measures repository {_repo_of(d)}, which no config references any more"
             elif slot in refs:
                 reason = "no config gives this slot this key any more"
             else:
                 reason = "no config has this variant / arch any more"
             plan.candidates.append(Candidate(d, slot, label, reason, tree_bytes(d)))
     return plan
+
+
+def _repo_of(folder: Path) -> str | None:
+    """The key of the repository an `lpx tune` cell measurement measured (None: not readable)."""
+    m = read_manifest(folder)
+    return (m.get("inputs") or {}).get("repo") if m else None
 
 
 def remove(plan: Plan, store: Store | None = None) -> int:

@@ -3,6 +3,8 @@ against a real tritonserver running the fixed-delay toy engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -10,7 +12,7 @@ from click.testing import CliRunner
 from pipeline.bench import report
 from pipeline.bench.load import LoadSpec, Record, Run, arrival_offsets, run_closed
 from pipeline.bench.metrics import parse_slo, request_metrics, stats, summarize
-from pipeline.bench.sweep import parse_levels
+from pipeline.bench.options import parse_levels
 from pipeline.bench.toy import write_toy_repo
 from pipeline.cli.tools import bench as bench_command
 from pipeline.errors import LpxError
@@ -127,6 +129,8 @@ def test_every_request_failing_is_an_error(tmp_path):
     doc = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
     assert doc["label"] == "fp8-run" and doc["variant"] == {"model": "m", "name": "fp8"}  # for lpx compare
     assert "roofline skipped" in doc["roofline_note"]  # no --checkpoint/--format, no quantize artifact
+    assert doc["target"]["vocab"] == [100, 30000] and doc["target"]["prompts"]["vocab_from"] == "default"
+    assert any("pass --vocab LO,HI" in note for note in doc["notes"])  # the served vocabulary is unknown
 
 
 @pytest.mark.triton
@@ -180,19 +184,49 @@ def test_bench_serves_a_config_variant_itself(demo_config, tmp_path):
             "8",
             "--output-len",
             "8",
-            "--vocab",
-            "10,500",
             "--out",
             str(out),
         ],
     )
     assert res.exit_code == 0, res.output
     doc = _json.loads((out / "results.json").read_text())
+    # no --vocab: the ids come from the served repository's vocabulary (the demo's is 512 tokens)
+    from pipeline.artifacts import Store
+
+    repo_key = doc["variant"]["artifact_keys"]["repo:any"]
+    repo = next(a for a in Store().all() if a.stage == "repo" and a.key == repo_key)
+    vocab = _json.loads((repo.path / "preprocessing/1/tokenizer/config.json").read_text())
+    assert doc["target"]["vocab"] == [100, vocab["vocab_size"]] and vocab["vocab_size"] < 30000
+    assert doc["target"]["prompts"]["vocab_from"].endswith("tokenizer/config.json")
+    _tune_cells_are_artifacts_gc_sees(demo_config, repo.path)
     assert doc["variant"]["name"] == "fp8" and doc["variant"]["model"] == "tiny-llama"
     assert doc["variant"]["config"]["build"]["max_batch_size"] == 8
     assert set(doc["variant"]["artifact_keys"]) == {"quantize", "eval", "build:any", "repo:any"}
     (level,) = doc["results"]
     assert level["succeeded"] == 4 and level["failed"] == 0
+
+
+def _tune_cells_are_artifacts_gc_sees(config: Path, repo_path: Path) -> None:
+    """`lpx tune`'s cell measurements are artifacts beside the repository they measured: found again by
+    key, and `lpx artifacts gc` keeps one whose repository the config references and removes the others."""
+    from pipeline import gc
+    from pipeline.artifacts import Store, read_manifest
+    from pipeline.tune.cells import STAGE, cell_slot, save_cell
+
+    store = Store()
+    repo = next(a for a in store.all() if a.path == repo_path)
+    slot = cell_slot(store, repo.manifest["model"], repo)
+    for key, measured in (("c0ffee000001", repo.key), ("c0ffee000002", "feedface0000")):
+        with store.lock(slot):
+            save_cell(store, slot, {"repo": measured}, {"key": key, "measured_s": 1.0}, 0.0)
+    assert read_manifest(slot / "c0ffee000001")["results"] == {"key": "c0ffee000001", "measured_s": 1.0}
+    assert store.lookup(STAGE, repo.manifest["model"], slot.parent.name, slot.name, "c0ffee000001")
+    plan = gc.collect([config], store)
+    listed = {c.path: c.reason for c in plan.candidates}
+    assert slot / "c0ffee000001" not in listed
+    assert "measures repository feedface0000" in listed[slot / "c0ffee000002"]
+    gc.remove(plan, store)
+    assert (slot / "c0ffee000001").is_dir() and not (slot / "c0ffee000002").exists()
 
 
 def test_lengths_from_a_distribution_and_prompts_from_a_dataset(tmp_path):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pipeline.artifacts import Store
 from pipeline.bench import report, roofline
 from pipeline.bench.compare import compare, parse_variant
-from pipeline.bench.sweep import roofline_inputs
+from pipeline.bench.roofline import roofline_inputs
 from pipeline.cli.tools import compare as compare_command
 from pipeline.errors import LpxError
 from pipeline.facts.gpu import lookup_gpu

@@ -14,7 +14,7 @@ import yaml
 from pipeline.bench.load import LoadSpec, arrival_offsets
 from pipeline.bench.toy import write_toy_repo
 from pipeline.config import load_config, parse_config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, UsageError
 from pipeline.facts.gpu import lookup_gpu
 from pipeline.facts.models import numerics_of, shape_of
 from pipeline.stages.serve.tritonserver import TritonServer
@@ -104,6 +104,64 @@ def test_the_search_finds_the_exact_models_knees():
         assert abs(result.best_rate.load - knee) <= 0.05 * knee, (name, result.best_rate.load, knee)
 
 
+SLO_ACCEPTED = {
+    "ttft=200ms": {"ttft": 200.0},
+    "TTFT=200ms": {"ttft": 200.0},
+    "Ttft=200MS": {"ttft": 200.0},
+    "itl=0.05s": {"itl": 50.0},
+    "E2E=2S": {"e2e": 2000.0},
+    "ttft=200": {"ttft": 200.0},
+    "ttft=.5s": {"ttft": 500.0},
+    " ttft = 200 ms , ITL=30ms ": {"ttft": 200.0, "itl": 30.0},
+    "ttft=200ms,itl=30ms,e2e=1.5s": {"ttft": 200.0, "itl": 30.0, "e2e": 1500.0},
+}
+SLO_REFUSED = [
+    *("", " ", "ttft", "ttft=", "ttft=fast", "p99<1s", "ttft:200ms", "latency=3", "ttft=200us"),
+    *("ttft=200ms,", "ttft=200ms,,itl=3ms", "ttft=-5ms", "ttft=0", "ttft=1e3", "ttft=inf", "ttft=nan"),
+    "ttft=200ms,TTFT=100ms",
+]
+
+
+def test_the_config_and_the_command_line_take_the_same_slos(tmp_path):
+    """One SLO grammar: lpx.yaml's tune.slo, `lpx tune --slo` and `lpx bench --slo` accept (with the same
+    milliseconds) and refuse (with the same message) the same strings, case and units included."""
+    import click
+
+    from pipeline.cli.tools import bench as bench_command
+    from pipeline.cli.tune import tune as tune_command
+    from pipeline.slo import parse_slo
+
+    def config_problem(text: str) -> str | None:
+        data = {"model": {"name": "m", "checkpoint": str(tmp_path)}, "variants": [{"name": "a"}]}
+        try:
+            parse_config({**data, "tune": {"slo": text}})
+        except ConfigError as err:
+            (line,) = err.problems
+            return line.removeprefix("tune.slo: ")
+        return None
+
+    def cli_problem(command: click.Command, text: str) -> str | None:
+        try:
+            command.make_context(command.name, ["--slo", text])
+        except click.BadParameter as err:
+            return err.message
+        return None
+
+    for text, ms in SLO_ACCEPTED.items():
+        assert parse_slo(text, required=True) == ms, text
+        assert config_problem(text) is None, text
+        assert cli_problem(tune_command, text) is None and cli_problem(bench_command, text) is None, text
+    for text in SLO_REFUSED:
+        why = config_problem(text)
+        assert why is not None and why.startswith(f"Bad SLO {text!r}: ") and "ttft=200ms" in why, text
+        assert cli_problem(tune_command, text) == why, text
+        with pytest.raises(UsageError, match="Bad SLO"):
+            parse_slo(text, required=True)
+        if text.strip():  # blank --slo is no SLO for lpx bench (a plain load test), refused for tune
+            assert cli_problem(bench_command, text) == why, text
+    assert cli_problem(bench_command, "") is None and parse_slo(None) == {}
+
+
 def test_pareto_and_best():
     def cell(name: str, goodput: float, kl: float, memory: float, batch: int) -> dict:
         return {
@@ -190,7 +248,7 @@ def test_bad_input_is_refused_with_the_fix(tmp_path, demo_config):
     bad["tune"] = {"slo": "p99<1s", "grid": {"max_batch_size": [4, 4]}}
     with pytest.raises(ConfigError) as err:
         parse_config(bad)
-    assert any(line.startswith("tune.slo: 'p99<1s' is not an SLO") for line in err.value.problems)
+    assert any(line.startswith("tune.slo: Bad SLO 'p99<1s'") for line in err.value.problems)
     assert "tune.grid.max_batch_size: Value error, lists a value twice" not in err.value.problems
     assert any(
         line.startswith("tune.grid.max_batch_size: lists a value twice") for line in err.value.problems

@@ -10,6 +10,7 @@ are recorded with their error, never dropped.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import LpxError
 
 ENGINE = "tensorrt_llm"
+log = logging.getLogger("lpx.bench")
 
 
 @dataclass
@@ -158,6 +160,8 @@ FORCE_OUTPUT = "min_tokens"
 
 def model_inputs(spec: LoadSpec) -> set[str] | None:
     """The input names `spec.model` declares (Triton's model metadata), or None if the server cannot say."""
+    from tritonclient.utils import InferenceServerException
+
     try:
         if spec.protocol == "grpc":
             import tritonclient.grpc as client
@@ -168,7 +172,13 @@ def model_inputs(spec: LoadSpec) -> set[str] | None:
 
             url = spec.url.split("://", 1)[-1]
             meta = client.InferenceServerClient(url).get_model_metadata(spec.model)
-    except Exception:
+    except (InferenceServerException, OSError) as exc:
+        log.warning(
+            "cannot read %s's inputs at %s (%s): min_tokens and token counts are not asked for",
+            spec.model,
+            spec.url,
+            str(exc)[:200],
+        )
         return None
     return {t["name"] for t in meta.get("inputs", [])}
 
@@ -201,7 +211,7 @@ async def _issue(sender: Any, req: Any, start: float, rec: Record) -> Record:
     rec.start = start
     try:
         await sender.send(req, rec)
-    except Exception as e:
+    except Exception as e:  # broad on purpose, never silent: the error is the request's, in the report
         rec.error = f"{type(e).__name__}: {e}"[:500]
     rec.end = time.perf_counter()
     if sender.spec.on_done is not None:

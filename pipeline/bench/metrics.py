@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LpxError
+# parse_slo is re-exported for the callers that read SLOs next to the metrics; its home is pipeline/slo.py
+from ..slo import parse_slo  # noqa: F401
 from .load import Record, Run
 
 PERCENTILES = (50, 90, 99)
-SLO_KEYS = ("ttft", "itl", "e2e")
 
 
 @dataclass
@@ -55,28 +55,6 @@ def stats(values: list[float]) -> dict[str, float] | None:
     out = {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max())}
     out.update({f"p{p}": float(np.percentile(arr, p)) for p in PERCENTILES})
     return out
-
-
-def parse_slo(text: str | None) -> dict[str, float]:
-    """'ttft=200ms,itl=50ms' -> {'ttft': 200.0, 'itl': 50.0} in ms ('s' and bare numbers = ms also work)."""
-    slo: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        key, _, value = part.partition("=")
-        key, value = key.strip().lower(), value.strip().lower()
-        if key not in SLO_KEYS or not value:
-            raise LpxError(
-                f"Bad SLO {part!r} - use e.g. --slo ttft=200ms,itl=50ms (keys: {', '.join(SLO_KEYS)})"
-            )
-        try:
-            if value.endswith("ms"):
-                slo[key] = float(value[:-2])
-            elif value.endswith("s"):
-                slo[key] = float(value[:-1]) * 1e3
-            else:
-                slo[key] = float(value)
-        except ValueError:
-            raise LpxError(f"Bad SLO value {value!r} in {part!r} - write a number with ms or s") from None
-    return slo
 
 
 def meets(m: RequestMetrics, slo: dict[str, float]) -> bool:

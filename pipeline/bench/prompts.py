@@ -12,6 +12,7 @@ most tokenizers: the count is approximate, and the report says so.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import NotFound, UsageError
+
+log = logging.getLogger("lpx.bench")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 # no tokenizer: words that are one token in the usual LLM tokenizers (GPT-2/Llama/Qwen style)
@@ -59,15 +62,22 @@ def served_repo(url: str) -> Path | None:
     if not _local(url):
         return None
     port = _port(url)
-    try:
-        from ..stages.serve import running_server
+    from ..stages.serve import running_server
 
+    try:
         info = running_server()
         served = [info["grpc_url"], info["http_url"], info.get("openai_url") or ""]
-        if port in {_port(u) for u in served if u}:
+        if port in {_port(str(u)) for u in served if u}:
             return Path(info["repo"])
-    except Exception:
-        pass
+    except NotFound:  # no `lpx serve` runs here: a tritonserver started otherwise may
+        log.debug("no running lpx serve: looking for a local tritonserver on port %s", port)
+    except (KeyError, TypeError) as exc:
+        log.warning(
+            "the running lpx serve's record lacks %s: its repository is not used; looking for a local "
+            "tritonserver on port %s",
+            exc,
+            port,
+        )
     proc = Path("/proc")
     if not proc.is_dir():
         return None
@@ -111,6 +121,8 @@ NO_TOKENIZER_NOTE = (
 def server_tokenization(url: str, protocol: str, model: str = "preprocessing") -> dict[str, bool]:
     """How the served preprocessing model tokenizes: {'add_special_tokens', 'chat'}, from its config
     parameters (LPX's defaults when the server cannot say)."""
+    from tritonclient.utils import InferenceServerException
+
     params: dict[str, Any] = {}
     try:
         if protocol == "grpc":
@@ -122,8 +134,14 @@ def server_tokenization(url: str, protocol: str, model: str = "preprocessing") -
 
             cfg = client.InferenceServerClient(url.split("://", 1)[-1]).get_model_config(model)
         params = {k: v.get("string_value", "") for k, v in (cfg.get("parameters") or {}).items()}
-    except Exception:
-        pass
+    except (InferenceServerException, OSError, KeyError) as exc:
+        log.warning(
+            "cannot read the %s model's config at %s (%s): prompts are counted as LPX's preprocessing "
+            "tokenizes (special tokens added, no chat template)",
+            model,
+            url,
+            str(exc)[:200],
+        )
 
     def flag(name: str, default: str) -> bool:
         return str(params.get(name, default)).lower() in ("true", "1", "yes")
@@ -150,7 +168,7 @@ class PromptMaker:
             from transformers import AutoTokenizer
 
             tok = AutoTokenizer.from_pretrained(str(folder))
-        except Exception as exc:
+        except Exception as exc:  # broad on purpose, never silent: any failure becomes the fix below
             raise UsageError(
                 f"Cannot load the tokenizer in {folder} ({type(exc).__name__}: {str(exc)[:200]}) - "
                 "pass the served model's tokenizer folder with --tokenizer DIR"

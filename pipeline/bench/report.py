@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import toolchain
+from ..atomic import write_atomic
 from . import roofline
 
 
@@ -170,8 +171,8 @@ def write(doc: dict[str, Any], out: Path) -> dict[str, Path]:
     """results.json, results.md and any plots in `out`; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     written = {f"plot:{p.stem}": p for p in plots(doc, out)}
-    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    (out / "results.md").write_text(
-        markdown(doc) + (f"\n{doc['plots_note']}\n" if "plots_note" in doc else "")
+    write_atomic(out / "results.json", json.dumps(doc, indent=2, default=str) + "\n")
+    write_atomic(
+        out / "results.md", markdown(doc) + (f"\n{doc['plots_note']}\n" if "plots_note" in doc else "")
     )
     return {"json": out / "results.json", "markdown": out / "results.md", **written}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import LpxError, UsageError
 from ..facts.gpu import Gpu, find_gpu, lookup_gpu
 from ..inspection.plan import KV_BYTES, kv_bytes_per_token, shape_from_config, weight_bytes
 
@@ -87,6 +87,53 @@ def roofline(
         }
     doc["roofline"] = info
     return info
+
+
+def roofline_inputs(
+    doc: dict[str, Any],
+    gpu: str | None = None,
+    checkpoint: Path | None = None,
+    format: str | None = None,
+    kv_dtype: str | None = None,
+) -> tuple | str:
+    """(Gpu, checkpoint, format, kv dtype) for the roofline, from the options or the variant's quantize
+    manifest; a note saying what is missing otherwise."""
+    g = roofline_gpu(doc["environment"].get("gpus") or [], gpu)
+    variant = doc.get("variant") or {}
+    if (checkpoint is None or format is None) and variant.get("name"):
+        from ..artifacts import Store
+
+        found = Store().newest("quantize", variant["name"], variant.get("model"))
+        if found:
+            res = found[0].manifest.get("results", {})
+            checkpoint = checkpoint or found[0].path
+            format = format or res.get("format")
+            kv_dtype = kv_dtype or kv_dtype_of(res.get("kv_cache"))
+    missing = [
+        what
+        for what, v in (
+            ("--gpu (no known GPU detected)", g),
+            ("--checkpoint", checkpoint),
+            ("--format", format),
+        )
+        if v is None
+    ]
+    if missing:
+        return "roofline skipped: give " + ", ".join(missing) + " (or --variant with a quantize artifact)"
+    return g, Path(checkpoint), format, kv_dtype or "bf16"  # type: ignore[arg-type]
+
+
+def attach(doc: dict[str, Any], roof: dict[str, Any]) -> None:
+    """The roofline into `doc` (roofline_inputs' keyword arguments in `roof`), or doc['roofline_note']
+    saying why it was skipped."""
+    try:
+        args = roofline_inputs(doc, **roof)
+        if isinstance(args, str):
+            doc["roofline_note"] = args
+        else:
+            roofline(doc, *args)
+    except LpxError as exc:
+        doc["roofline_note"] = f"roofline skipped: {exc}"
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:

@@ -29,3 +29,30 @@ dataset_option = click.option(
 dataset_field_option = click.option(
     "--dataset-field", default="prompt", show_default=True, help="The .jsonl field holding the prompt."
 )
+
+
+def _slo_checker(required: bool):
+    """A click callback refusing an --slo value the SLO grammar (pipeline/slo.py) refuses, as lpx.yaml's
+    tune.slo does: the same strings pass or fail on the command line and in the config."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value):
+        from ..slo import message, slo_problem
+
+        for text in value if isinstance(value, tuple) else (value,):
+            if text is not None and (why := slo_problem(text, required)):
+                raise click.BadParameter(message(text, why))
+        return value
+
+    return check
+
+
+def slo_option(help: str, multiple: bool = False, required: bool = False):
+    """--slo checked by the one SLO grammar. `required`: blank text is refused (tune), else it is no SLO."""
+    return click.option(
+        "--slo",
+        "slos" if multiple else "slo",
+        multiple=multiple,
+        default=None,
+        callback=_slo_checker(required),
+        help=help,
+    )

@@ -9,7 +9,7 @@ import click
 
 from ..facts.models import PRESETS
 from ..facts.trtllm import BUILD_LINES, LINES
-from .options import dataset_field_option, dataset_option
+from .options import dataset_field_option, dataset_option, slo_option
 
 
 @click.command("bench")
@@ -91,9 +91,10 @@ from .options import dataset_field_option, dataset_option
 @dataset_field_option
 @click.option(
     "--vocab",
-    default="100,30000",
-    show_default=True,
-    help="Range LO,HI of random prompt token ids (--model tensorrt_llm).",
+    default=None,
+    help="Range LO,HI of random prompt token ids (--model tensorrt_llm). Default: the served model's "
+    "vocabulary (the config.json beside its tokenizer in the repository served, first 100 ids left out) "
+    "when the repository is known (lpx bench -c, a local server, --tokenizer), else 100,30000.",
 )
 @click.option(
     "--tokenizer",
@@ -104,7 +105,7 @@ from .options import dataset_field_option, dataset_option
     "without one, prompts are common words of about --input-len tokens.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--slo", default=None, help="Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
+@slo_option("Goodput SLOs, e.g. ttft=200ms,itl=50ms.")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Folder for results.json/.md/plots."
 )
@@ -138,9 +139,10 @@ from .options import dataset_field_option, dataset_option
 )
 def bench(**options) -> None:
     """Measure a served model: TTFT, ITL, E2E, tokens/s and goodput per load level (warm-up excluded)."""
+    from ..bench.options import BenchOptions
     from ..bench.sweep import measure
 
-    measure(**options, echo=click.echo)
+    measure(BenchOptions.from_options(options), echo=click.echo)
 
 
 @click.command("compare")

@@ -6,17 +6,16 @@ from pathlib import Path
 
 import click
 
-from .options import config_option, dataset_field_option, dataset_option, variant_option
+from .options import config_option, dataset_field_option, dataset_option, slo_option, variant_option
 
 
 @click.command("tune")
 @config_option
 @variant_option
-@click.option(
-    "--slo",
-    "slos",
+@slo_option(
+    "The latency SLO, e.g. ttft=200ms,itl=30ms (repeatable: one answer per SLO; default tune.slo).",
     multiple=True,
-    help="The latency SLO, e.g. ttft=200ms,itl=30ms (repeatable: one answer per SLO; default tune.slo).",
+    required=True,
 )
 @click.option(
     "--isl", type=click.IntRange(1), default=None, help="Prompt tokens per request (tune.input_len)."

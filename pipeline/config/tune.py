@@ -3,17 +3,15 @@ limits (docs/tune.md). Command-line options override these values."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from ..slo import message, slo_problem
 from .base import COUNT, INT32, INT32_MAX, Strict, bounded
 
 Limit = Annotated[int, Field(ge=1, le=INT32_MAX)]  # a build limit, int32 as build.max_batch_size
 MAX_CONCURRENCY = 16384
-
-SLO_RE = r"^\s*(ttft|itl|e2e)\s*=\s*[0-9.]+\s*(ms|s)?\s*(,\s*(ttft|itl|e2e)\s*=\s*[0-9.]+\s*(ms|s)?\s*)*$"
 
 
 class TuneGrid(Strict):
@@ -72,8 +70,6 @@ class Tune(Strict):
     @field_validator("slo")
     @classmethod
     def _slo(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(SLO_RE, v):
-            raise ValueError(
-                f"'{v}' is not an SLO - write e.g. 'ttft=200ms,itl=30ms' (keys ttft, itl, e2e; ms or s)"
-            )
+        if v is not None and (why := slo_problem(v, required=True)):
+            raise ValueError(message(v, why))
         return v

@@ -8,12 +8,15 @@ datasheet; `smi_mib_source` says whether the nvidia-smi figure was recorded here
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..errors import UsageError
+
+log = logging.getLogger("lpx.gpu")
 
 
 @dataclass(frozen=True)
@@ -241,9 +244,13 @@ def nvml_state() -> GpuState | None:
     """The GPU state through NVML (nvidia-ml-py), or None when NVML is absent or fails."""
     try:
         import pynvml as nv
-
+    except ImportError:  # nvidia-ml-py is optional: nvidia-smi answers instead
+        log.debug("nvidia-ml-py is not installed: asking nvidia-smi")
+        return None
+    try:
         nv.nvmlInit()
-    except Exception:
+    except nv.NVMLError as exc:  # no driver (a CPU machine), or one NVML cannot open
+        log.debug("NVML did not start (%s): asking nvidia-smi", exc)
         return None
     try:
         cuda = nv.nvmlSystemGetCudaDriverVersion()
@@ -262,7 +269,8 @@ def nvml_state() -> GpuState | None:
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
                 state.processes.append(f"pid {p.pid} ({(p.usedGpuMemory or 0) >> 20} MiB on GPU {i})")
         return state
-    except Exception:
+    except nv.NVMLError as exc:  # a query the driver refused part-way: nvidia-smi may still answer
+        log.warning("NVML query failed (%s): GPU state from nvidia-smi instead", exc)
         return None
     finally:
         nv.nvmlShutdown()

@@ -1,29 +1,37 @@
 """Measuring one cell of `lpx tune`: build it through the stages (cached as always), serve it on loopback,
 run the goodput search for every SLO, record memory; or measure a remote OpenAI-compatible server as it
-is. A local cell's measurement is cached under $LPX_HOME/tune/<model>/<key>.json, keyed by the served
-repository's key, the measurement settings and this code, so an interrupted tune resumes where it stopped.
+is. A local cell's measurement is an artifact of the store (kind `tune`, beside the repository it
+measured), keyed by the served repository's key, the measurement settings and this code, so an
+interrupted tune resumes where it stopped and `lpx artifacts gc` sees it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import home
-from ..bench.load import LoadSpec, Run, model_inputs, run_closed, run_open
+from ..artifacts import Artifact, Store
+from ..bench.load import ENGINE, LoadSpec, Run, run_closed, run_open
 from ..bench.metrics import summarize
+from ..bench.options import BenchOptions
+from ..bench.target import declare, load_spec, vocab_of
 from ..config import Config
 from ..errors import StageFailed
 from ..keys import code_fingerprint, make_key
 from .search import SearchSettings, search
 from .space import Cell, cell_config
 
-CODE = ("pipeline.tune.cells", "pipeline.tune.search", "pipeline.bench.load", "pipeline.bench.metrics")
+CODE = (
+    "pipeline.tune.cells",
+    "pipeline.tune.search",
+    "pipeline.bench.load",
+    "pipeline.bench.metrics",
+    "pipeline.bench.options",
+    "pipeline.bench.target",
+)
 
 
 @dataclass
@@ -41,6 +49,10 @@ class Measurement:
         None  # {"path", "sha256", "prompts", "isl_mean"}: prompts instead of input_len
     )
     prompt_ids: tuple = field(default=(), repr=False)  # the dataset's prompts as token ids
+
+    def bench_options(self, **where: Any) -> BenchOptions:
+        """The `lpx bench` options of one cell's load: these lengths and seed, at `where` (url, model, ...)."""
+        return BenchOptions(input_len=self.input_len, output_len=self.output_len, seed=self.seed, **where)
 
     def key_inputs(self) -> dict[str, Any]:
         out = asdict(self)
@@ -112,29 +124,41 @@ def memory_in_use(server_pid: int | None) -> dict[str, Any]:
     return {"kind": "host", "gib": round(process_tree_rss(server_pid) / 2**30, 3)}
 
 
-def _vocab(model_config: dict) -> tuple[int, int]:
-    """The range random prompt ids are drawn from: the checkpoint's vocabulary, its first ids left out."""
-    text = model_config.get("text_config") or {}
-    size = int(model_config.get("vocab_size") or text.get("vocab_size") or 32000)
-    return min(100, size // 4), size
+STAGE = (
+    "tune"  # the artifact store's kind for cell measurements: artifacts/tune/<model>/<variant>/<arch>/<key>/
+)
 
 
-def cache_path(model: str, key: str) -> Path:
-    return home() / "tune" / model / f"{key}.json"
+def cell_slot(store: Store, model: str, repo: Artifact) -> Path:
+    """Where a cell's measurement lives: beside the repository it measured (same variant and arch), so
+    `lpx artifacts gc` removes it with that repository."""
+    return store.slot(STAGE, model, repo.manifest["variant"], repo.manifest["arch"])
 
 
-def _write(path: Path, doc: dict[str, Any]) -> None:
-    """Whole or not at all: a killed tune leaves no half-written cell."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=float))
-    os.replace(tmp, path)
+def save_cell(store: Store, slot: Path, inputs: dict[str, Any], doc: dict[str, Any], started: float) -> None:
+    """The measurement as an artifact (its manifest's results), committed whole: a killed tune leaves no
+    half-written cell. Called under the slot's lock."""
+    with store.staging(slot, doc["key"]) as tmp:
+        store.commit(
+            tmp,
+            slot / doc["key"],
+            {
+                "stage": STAGE,
+                "model": slot.parent.parent.name,
+                "variant": slot.parent.name,
+                "arch": slot.name,
+                "created": started,
+                "duration_s": doc["measured_s"],
+                "inputs": inputs,
+                "results": doc,
+            },
+        )
 
 
-def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Callable[[str], None]) -> dict:
-    """Build (through the stage cache), serve and search one cell; its cached measurement when there is one."""
+def build_cell(cfg: Config, cell: Cell, report: Any) -> tuple[Config, Any, Artifact, Artifact]:
+    """(the cell's config, its runner, engine, repository): the stages run (through their cache) for the
+    GPU here when there is one."""
     from ..runner import Runner
-    from ..stages.serve import server
     from ..stages.serve.selection import choose
 
     ccfg = cell_config(cfg, cfg.variant(cell.variant), cell.limits)
@@ -145,38 +169,47 @@ def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Cal
         if present is not None and present.arch in ccfg.build.archs:
             ccfg.build.archs = [present.arch]
     runner = Runner(ccfg, report, skip_gate=True)  # the gate was applied before any cell was built
-    outcome = runner.run(ccfg.variants, "repo")[0]
-    picked = choose(outcome)
+    picked = choose(runner.run(ccfg.variants, "repo")[0])
     if picked is None:
         raise StageFailed(f"cell {cell.name}: no repository was built - see the messages above")
-    engine, repo = picked
-    key = make_key({"repo": repo.key, "measurement": m.key_inputs(), "code": code_fingerprint(CODE)})
-    path = cache_path(cfg.model.name, key)
-    if path.is_file():
-        doc = json.loads(path.read_text())
-        return {**doc, "cached": True}
+    return ccfg, runner, *picked
+
+
+def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Callable[[str], None]) -> dict:
+    """Build (through the stage cache), serve and search one cell; its cached measurement when there is one."""
+    ccfg, runner, engine, repo = build_cell(cfg, cell, report)
+    inputs = {"repo": repo.key, "measurement": m.key_inputs(), "code": code_fingerprint(CODE)}
+    key = make_key(inputs)
+    store = runner.ctx.store
+    slot = cell_slot(store, cfg.model.name, repo)
+    with store.lock(slot):
+        store.sweep(slot)  # staging folders of killed tunes
+        hit = store.lookup(STAGE, cfg.model.name, slot.parent.name, slot.name, key)
+        if hit is not None:
+            return {**hit.manifest["results"], "cached": True}
+        started = time.time()
+        doc = {"key": key, **serve_and_search(ccfg, cell, m, runner, repo, say)}
+        doc["artifacts"] = {"engine": str(engine.path), "repo": str(repo.path), "repo_key": repo.key}
+        save_cell(store, slot, inputs, doc, started)
+    return {**doc, "cached": False}
+
+
+def serve_and_search(
+    ccfg: Config, cell: Cell, m: Measurement, runner: Any, repo: Artifact, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Serve the cell's repository on loopback and run the goodput search for every SLO on it."""
+    from ..stages.serve import server
+
     t0 = time.perf_counter()
     with server(ccfg, cell.variant, repo) as srv:
         say(f"serving {cell.name} on {srv.grpc_url}")
-        spec = LoadSpec(
-            url=srv.grpc_url,
-            model="tensorrt_llm",
-            protocol="grpc",
-            input_len=m.input_len,
-            output_len=m.output_len,
-            vocab=_vocab(runner.ctx.checkpoint()[0].config),
-            seed=m.seed,
-            prompt_ids=m.prompt_ids,
-        )
-        declared = model_inputs(spec) or set()
-        spec.force_output = "min_tokens" in declared
-        spec.count_input = "return_num_input_tokens" in declared
+        opts = m.bench_options(url=srv.grpc_url, model=ENGINE, protocol="grpc")
+        spec = load_spec(opts, vocab=vocab_of(runner.ctx.checkpoint()[0].config), prompt_ids=m.prompt_ids)
+        declare(spec)
         results = search_all(spec, m, say)
         memory = memory_in_use(srv.proc.pid if srv.proc else None)
-    doc = {
-        "key": key,
+    return {
         "cell": cell.as_dict(),
-        "artifacts": {"engine": str(engine.path), "repo": str(repo.path), "repo_key": repo.key},
         "gpus": ccfg.build.tp_size * ccfg.build.pp_size if ccfg.build.target == "engine" else 1,
         "output_forced": spec.force_output,
         "memory": memory,
@@ -184,8 +217,6 @@ def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Cal
         "measured_s": round(time.perf_counter() - t0, 1),
         "finished_at": time.time(),
     }
-    _write(path, doc)
-    return {**doc, "cached": False}
 
 
 def measure_remote(cell: Cell, m: Measurement, api_key: str | None, say: Callable[[str], None]) -> dict:
@@ -195,16 +226,16 @@ def measure_remote(cell: Cell, m: Measurement, api_key: str | None, say: Callabl
     from ..bench.openai_load import served_model
 
     key = find_key(api_key)
-    spec = LoadSpec(
-        url=cell.url or "",
-        model=served_model(cell.url or "", key),
+    url = cell.url or ""
+    opts = m.bench_options(
+        url=url,
+        api="openai",
         protocol="openai",
-        input_len=m.input_len,
-        output_len=m.output_len,
-        seed=m.seed,
+        model=served_model(url, key),
         endpoint="completions",
         api_key=key,
     )
+    spec = load_spec(opts)
     t0 = time.perf_counter()
     results = search_all(spec, m, say)
     return {

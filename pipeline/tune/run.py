@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomic
 from ..bench import report as bench_report
-from ..bench.metrics import parse_slo
 from ..config import Config
 from ..errors import LpxError, UsageError
 from ..progress import Reporter
+from ..slo import parse_slo
 from . import answer, report, space
 from .cells import Measurement, measure_local, measure_remote, slo_label
 from .search import SearchSettings
@@ -102,7 +103,7 @@ def quality_per_variant(cfg: Config, cells: list[space.Cell], report_: Reporter)
 def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print) -> dict[str, Any]:
     report_ = report_ or Reporter()
     t = cfg.tune
-    slos = [parse_slo(s) for s in opts.slos]
+    slos = [parse_slo(s, "--slo / tune.slo", required=True) for s in opts.slos]
     if not slos or not all(slos):
         raise UsageError("lpx tune needs an SLO: --slo ttft=200ms,itl=30ms (or tune.slo in lpx.yaml)")
     m = Measurement(
@@ -212,7 +213,7 @@ def finish(cfg, opts, m, cells, docs, quality, not_run, echo) -> dict[str, Any]:
             text = answer.tuned_config(cfg, chosen, label, ["written by lpx tune"])
             if text:
                 path = out / ("lpx.tuned.yaml" if len(m.slos) == 1 else f"lpx.tuned-{n}.yaml")
-                path.write_text(text)
+                write_atomic(path, text)
                 part["config"] = str(path)
         parts[label] = part
     doc = {
@@ -238,9 +239,9 @@ def finish(cfg, opts, m, cells, docs, quality, not_run, echo) -> dict[str, Any]:
         "finished_at": time.time(),
     }
     doc["plots"] = [str(p) for p in report.plots(doc, out)]
-    (out / "tune.json").write_text(json.dumps(doc, indent=1, default=float))
+    write_atomic(out / "tune.json", json.dumps(doc, indent=1, default=float))
     md = report.markdown(doc)
-    (out / "tune.md").write_text(md)
+    write_atomic(out / "tune.md", md)
     echo(md)
     echo(f"Wrote {out}/tune.md, tune.json, {len(doc['plots'])} plot(s)")
     return doc

@@ -108,89 +108,109 @@ def attainment(summary: Summary) -> float:
 def search(
     measure: Measure, settings: SearchSettings, say: Callable[[str], None] = lambda _m: None
 ) -> SearchResult:
-    out = SearchResult()
+    return _Search(measure, settings, say).run()
 
-    def level(kind: str, load: float) -> Level:
-        s = measure(kind, load)
+
+@dataclass
+class _Search:
+    measure: Measure
+    settings: SearchSettings
+    say: Callable[[str], None]
+    out: SearchResult = field(default_factory=SearchResult)
+
+    def level(self, kind: str, load: float) -> Level:
+        s = self.measure(kind, load)
         a = attainment(s)
-        lv = Level(kind, load, a >= settings.attainment and (s.get("succeeded") or 0) > 0, a, s)
-        out.levels.append(lv)
+        lv = Level(kind, load, a >= self.settings.attainment and (s.get("succeeded") or 0) > 0, a, s)
+        self.out.levels.append(lv)
         unit = "" if kind == "closed" else "/s"
-        say(
+        self.say(
             f"{kind} {load:g}{unit}: {a:.0%} met the SLO, goodput {lv.goodput_rps:.2f} req/s "
             f"- {'pass' if lv.passed else 'FAIL'}"
         )
         return lv
 
-    # 1. doubling concurrency
-    good: Level | None = None
-    bad: Level | None = None
-    c = 1
-    while c <= settings.max_concurrency:
-        lv = level("closed", c)
-        if not lv.passed:
-            bad = lv
-            break
-        good = lv
-        if c == settings.max_concurrency:
-            break
-        c = min(c * 2, settings.max_concurrency)
-    if good is None:
-        first = out.levels[0].summary
+    def run(self) -> SearchResult:
+        good, bad = self.doubling()
+        if good is None:
+            self.out.reason = self.no_level_passed()
+            return self.out
+        good, bad = self.bisection(good, bad)
+        self.out.knee, self.out.knee_concurrency = good, int(good.load)
+        if bad is None:
+            self.out.reason = (
+                f"the SLO still held at concurrency {self.out.knee_concurrency} (tune.max_concurrency): the "
+                "knee is above it - raise tune.max_concurrency and the cell's max_batch_size to find it"
+            )
+        if self.settings.rate_steps > 0:
+            self.rates(good, bad)
+        return self.out
+
+    def doubling(self) -> tuple[Level | None, Level | None]:
+        """1. Concurrency 1, 2, 4, ... up to max_concurrency: (last passing, first failing) level."""
+        good: Level | None = None
+        c, top = 1, self.settings.max_concurrency
+        while c <= top:
+            lv = self.level("closed", c)
+            if not lv.passed:
+                return good, lv
+            good = lv
+            if c == top:
+                break
+            c = min(c * 2, top)
+        return good, None
+
+    def no_level_passed(self) -> str:
+        first = self.out.levels[0].summary
         ttft = (first.get("ttft_ms") or {}).get("p50")
         itl = (first.get("itl_ms") or {}).get("p50")
-        out.reason = (
-            f"the SLO is not met even by one request at a time ({out.levels[0].attainment:.0%} met it; "
+        return (
+            f"the SLO is not met even by one request at a time ({self.out.levels[0].attainment:.0%} met it; "
             f"TTFT p50 {ttft if ttft is None else round(ttft, 1)} ms, ITL p50 {itl if itl is None else round(itl, 1)} ms"
             + (f"; errors: {first.get('errors')[:1]}" if first.get("failed") else "")
             + ")"
         )
-        return out
-    # 2. bisection between the last passing and the first failing concurrency
-    steps = 0
-    while bad is not None and bad.load - good.load > 1 and steps < settings.bisect_steps:
-        mid = int((good.load + bad.load) // 2)
-        lv = level("closed", mid)
-        if lv.passed:
-            good = lv
-        else:
-            bad = lv
-        steps += 1
-    out.knee, out.knee_concurrency = good, int(good.load)
-    if bad is None:
-        out.reason = (
-            f"the SLO still held at concurrency {out.knee_concurrency} (tune.max_concurrency): the knee is "
-            "above it - raise tune.max_concurrency and the cell's max_batch_size to find it"
-        )
-    # 3. Poisson rate: from the closed loop's highest request rate, up while passing, then bisection
-    if settings.rate_steps <= 0:
-        return out
-    hi = float(good.summary.get("requests_per_s") or 0.0)
-    if bad is not None:  # the failing level's rate bounds the knee from above too
-        hi = max(hi, float(bad.summary.get("requests_per_s") or 0.0))
-    if hi <= 0:
-        return out
-    lo, top, rate = 0.0, None, hi  # top: the lowest failing rate seen
-    for _ in range(settings.rate_steps):
-        lv = level("poisson", round(rate, 4))
-        if lv.passed:
-            lo = rate
-            if out.best_rate is None or rate > out.best_rate.load:
-                out.best_rate = lv
-        else:
-            top = rate
-        if top is None:  # everything passed so far: the knee is higher
-            rate *= 1.5
-        else:
-            rate = (lo + top) / 2 if lo > 0 else top / 2
-    if top is None and out.best_rate is not None:
-        out.reason = (
-            f"every Poisson rate up to {out.best_rate.load:.3g}/s met the SLO: the knee is higher - raise "
-            "tune.rate_steps to find it"
-        )
-    if out.best_rate is None:
-        out.reason = (
-            f"closed loop passed up to concurrency {out.knee_concurrency}, but no Poisson rate down to "
-            f"{rate * 2:.3g}/s met the SLO: random arrivals queue - lower the load or relax the SLO"
-        )
-    return out
+
+    def bisection(self, good: Level, bad: Level | None) -> tuple[Level, Level | None]:
+        """2. Bisection between the last passing and the first failing concurrency."""
+        steps = 0
+        while bad is not None and bad.load - good.load > 1 and steps < self.settings.bisect_steps:
+            lv = self.level("closed", int((good.load + bad.load) // 2))
+            if lv.passed:
+                good = lv
+            else:
+                bad = lv
+            steps += 1
+        return good, bad
+
+    def rates(self, good: Level, bad: Level | None) -> None:
+        """3. Poisson rates: from the closed loop's highest request rate, up while passing, then bisection."""
+        out = self.out
+        hi = float(good.summary.get("requests_per_s") or 0.0)
+        if bad is not None:  # the failing level's rate bounds the knee from above too
+            hi = max(hi, float(bad.summary.get("requests_per_s") or 0.0))
+        if hi <= 0:
+            return
+        lo, top, rate = 0.0, None, hi  # top: the lowest failing rate seen
+        for _ in range(self.settings.rate_steps):
+            lv = self.level("poisson", round(rate, 4))
+            if lv.passed:
+                lo = rate
+                if out.best_rate is None or rate > out.best_rate.load:
+                    out.best_rate = lv
+            else:
+                top = rate
+            if top is None:  # everything passed so far: the knee is higher
+                rate *= 1.5
+            else:
+                rate = (lo + top) / 2 if lo > 0 else top / 2
+        if top is None and out.best_rate is not None:
+            out.reason = (
+                f"every Poisson rate up to {out.best_rate.load:.3g}/s met the SLO: the knee is higher - raise "
+                "tune.rate_steps to find it"
+            )
+        if out.best_rate is None:
+            out.reason = (
+                f"closed loop passed up to concurrency {out.knee_concurrency}, but no Poisson rate down to "
+                f"{rate * 2:.3g}/s met the SLO: random arrivals queue - lower the load or relax the SLO"
+            )

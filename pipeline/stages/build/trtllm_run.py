@@ -4,6 +4,7 @@ interrupt; and the toolchain record (GPU, driver, CUDA, TensorRT, TensorRT-LLM) 
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -19,6 +20,7 @@ from ...toolchain import version
 
 BINARY_ENV = "LPX_TRTLLM_BUILD"
 LOG_TAIL_LINES = 40
+log = logging.getLogger("lpx.build")
 TENSORRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13", "tensorrt_cu12")
 
 
@@ -108,7 +110,13 @@ def run_build(
                 if report is not None:
                     try:
                         report(line.rstrip("\n"))
-                    except Exception:
+                    except Exception as exc:  # broad on purpose: a display must not stop the log or the build
+                        log.warning(
+                            "build progress display failed (%s: %s): trtllm-build's output goes on to %s only",
+                            type(exc).__name__,
+                            exc,
+                            log_path,
+                        )
                         report = None
 
         reader = threading.Thread(target=pump, name="trtllm-build-log", daemon=True)
@@ -147,10 +155,9 @@ def run_build(
 def _cuda_version() -> str | None:
     try:
         import torch
-
-        return torch.version.cuda
-    except Exception:
+    except ImportError:  # no torch here: the manifest records the CUDA version as unknown
         return None
+    return torch.version.cuda
 
 
 def engine_versions() -> dict:
