@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, UsageError
 from ..facts import formats, trtllm
@@ -36,7 +36,8 @@ from .base import (
     name_field,
 )
 from .deploy import Deploy
-from .messages import format_errors
+from .messages import format_errors as _format_errors
+from .messages import section_of
 from .serving import OpenAIGateway, Serving
 from .tune import Tune
 from .yamlfile import read_config_file
@@ -234,6 +235,11 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
     gateway.access_log = res(gateway.access_log)
     gateway.chat_template = res(gateway.chat_template)
     return cfg
+
+
+def format_errors(exc: ValidationError, root: type[BaseModel] | None = None) -> list[str]:
+    """One `path: message` line per problem of `exc`; `root` (default: the section of Config that raised)."""
+    return _format_errors(exc, root or section_of(exc, Config))
 
 
 def parse_config(data: object, source: str = "config", base: Path | None = None) -> Config:

@@ -155,14 +155,12 @@ def _message(root: type[BaseModel], err: dict) -> str:
     return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
 
 
-def format_errors(exc: ValidationError, root: type[BaseModel] | None = None) -> list[str]:
-    """One `path: message` line per problem; `root` (default: the model that raised) resolves the paths."""
-    model = root or _root_of(exc)
-    return [f"{_loc(e['loc'])}: {_message(model, e)}" for e in exc.errors()]
+def format_errors(exc: ValidationError, root: type[BaseModel]) -> list[str]:
+    """One `path: message` line per problem; `root`, the model validated, resolves the paths."""
+    return [f"{_loc(e['loc'])}: {_message(root, e)}" for e in exc.errors()]
 
 
-def _root_of(exc: ValidationError) -> type[BaseModel]:
-    from . import Config
-
-    found = [m for _, m in _sections(Config) if m.__name__ == exc.title]
-    return found[0] if found else Config
+def section_of(exc: ValidationError, top: type[BaseModel]) -> type[BaseModel]:
+    """The section model of `top` (or `top` itself) that raised `exc`."""
+    found = [m for _, m in _sections(top) if m.__name__ == exc.title]
+    return found[0] if found else top
