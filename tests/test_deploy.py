@@ -64,7 +64,11 @@ CASES = {
         "engine",
         archs=("sm90",),
         tp=2,
-        repository={"url": "https://objects.example.com/ci/lpx-repos.tgz", "sha256": "ab" * 32},
+        repository={
+            "url": "https://objects.example.com/ci/lpx-repos.tgz",
+            "sha256": "ab" * 32,
+            "size": "3Gi",
+        },
     ),
     "engine-tp8-pp2-lws": lambda: config("engine", archs=("sm90",), tp=8, pp=2, gpus_per_node=8),
 }
@@ -152,7 +156,9 @@ def test_pods_are_locked_down_and_sized_from_the_build(trees) -> None:
             overlay = folder / "overlays" / arch
             kust = yaml.safe_load((overlay / "kustomization.yaml").read_text())
             assert kust["namespace"] == cfg.deploy.namespace and "../../base" in kust["resources"]
-            (workload,) = [d for f, d in documents(overlay) if d["kind"] != "Kustomization"]
+            (workload,) = [d for f, d in documents(overlay) if d["kind"] in ("Deployment", "LeaderWorkerSet")]
+            assert workload["metadata"]["name"] == k8s.workload_name(cfg, cfg.variants[0].name, arch)
+            assert "replicas" not in workload["spec"]  # the HPA owns the count
             assert workload["kind"] == (
                 "LeaderWorkerSet" if world > cfg.deploy.gpus_per_node else "Deployment"
             )
@@ -189,7 +195,13 @@ def test_pods_are_locked_down_and_sized_from_the_build(trees) -> None:
             if cfg.deploy.repository.url:
                 (init,) = leader["initContainers"]
                 env = {e["name"]: e["value"] for e in init["env"]}
-                assert env["REPOS_URL"] == cfg.deploy.repository.url and "sha256sum -c" in init["command"][-1]
+                assert env["REPOS_URL"] == cfg.deploy.repository.url and "sha256sum" in init["command"][-1]
+                assert "-o /tmp" not in init["command"][-1]  # streamed into the volume, never copied
+                models = {v["name"]: v for v in leader["volumes"]}["models"]["emptyDir"]
+                assert k8s.quantity_bytes(models["sizeLimit"]) >= k8s.quantity_bytes(
+                    cfg.deploy.repository.size
+                )
+                assert init["resources"]["requests"]["ephemeral-storage"] == models["sizeLimit"]
             else:
                 claim = {v["name"]: v for v in leader["volumes"]}["models"]["persistentVolumeClaim"]
                 assert claim["readOnly"] is True
@@ -201,18 +213,21 @@ def test_services_and_autoscaler_point_at_the_workload(trees) -> None:
         (d["kind"], d["metadata"]["name"]): d for _, d in documents(folder) if d["kind"] != "Kustomization"
     }
     name = k8s.app_name(cfg, cfg.variants[0].name)
-    hpa = docs[("HorizontalPodAutoscaler", name)]
+    lws_name = k8s.workload_name(cfg, cfg.variants[0].name, "sm90")
+    hpa = docs[("HorizontalPodAutoscaler", lws_name)]
     assert hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "name": name,
+        "name": lws_name,
     }
+    # the LWS controller creates its headless Service under the LWS's name only if none exists (D2)
+    assert ("Service", lws_name) not in docs
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "lpx_queue_compute_ratio"
     rules = docs[("PrometheusRule", name)]["spec"]["groups"][0]["rules"]
     assert rules[0]["expr"] == k8s.QUEUE_RATIO_EXPR and "nv_inference_queue_duration_us" in rules[0]["expr"]
     grpc = docs[("Service", f"{name}-grpc")]["spec"]
     assert grpc["clusterIP"] == "None"
-    lws = docs[("LeaderWorkerSet", name)]["spec"]["leaderWorkerTemplate"]
+    lws = docs[("LeaderWorkerSet", lws_name)]["spec"]["leaderWorkerTemplate"]
     assert (
         lws["size"] == 2 and lws["workerTemplate"]["spec"]["containers"][0]["command"][0] == "/usr/sbin/sshd"
     )

@@ -49,10 +49,11 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
         [file_name(o) for o in base], namespace=cfg.deploy.namespace
     )
     for arch in cfg.build.archs:
-        workload = k8s.workload(cfg, variant, arch)
-        files[f"overlays/{arch}/{file_name(workload)}"] = workload
+        objects = [k8s.workload(cfg, variant, arch), *cluster.per_arch_objects(cfg, variant, arch)]
+        for o in objects:
+            files[f"overlays/{arch}/{file_name(o)}"] = o
         files[f"overlays/{arch}/kustomization.yaml"] = kustomization(
-            ["../../base", file_name(workload)], namespace=cfg.deploy.namespace
+            ["../../base", *(file_name(o) for o in objects)], namespace=cfg.deploy.namespace
         )
     return files
 
