@@ -55,9 +55,10 @@ def k8s(config_path: Path | None, variant: str, out: Path) -> None:
 @click.option(
     "--api-version",
     type=click.Choice(["v1alpha1", "v1beta1"]),
-    default="v1alpha1",
+    default="v1beta1",
     show_default=True,
-    help="DynamoGraphDeployment version: v1alpha1 for released operators (<= 1.0.2), v1beta1 for Dynamo's main.",
+    help="DynamoGraphDeployment version: v1beta1 (operators from Dynamo 1.2.0; storage version from 1.5.0), "
+    "v1alpha1 for older operators.",
 )
 @click.option(
     "--model-path",

@@ -68,7 +68,7 @@ def deploy_dynamo(
     out: Path,
     disagg: bool = False,
     model_path: str | None = None,
-    api_version: str = "v1alpha1",
+    api_version: str = dynamo.DEFAULT_API_VERSION,
 ) -> tuple[list[Path], list[str]]:
     """The DynamoGraphDeployment tree (+ the engine args as files, for the local commands); returns the
     written files and the two commands that serve the same on one machine."""
@@ -81,7 +81,7 @@ def deploy_dynamo(
     files["kustomization.yaml"] = kustomization(
         [file_name(o) for o in objects], namespace=cfg.deploy.namespace
     )
-    config_map = objects[0]
+    config_map = objects[1]
     written = write_tree(out, files)
     engine = Path(out) / "engine"
     engine.mkdir(exist_ok=True)
