@@ -395,3 +395,102 @@ def test_dockerfiles_lint_clean() -> None:
         for line in text.splitlines():
             if "checkov:skip=" in line:
                 assert len(line.split(":", 2)[-1].strip()) > 20, line
+
+
+def rendered(overlays: list[Path]) -> list[dict]:
+    """`kubectl kustomize` of each overlay (what `kubectl apply -k` sends), all of them together: overlays
+    of several archs are applied to one cluster."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    objects: dict[tuple, dict] = {}
+    for overlay in overlays:
+        res = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        for d in yaml.safe_load_all(res.stdout):
+            key = (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+            assert key not in objects or objects[key] == d, f"two overlays write {key} differently"
+            objects[key] = d
+    return list(objects.values())
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_rendered_objects_refer_to_each_other(trees) -> None:
+    """Per tree, every overlay rendered together: Services select pods and target their ports, HPA and PDB
+    targets exist, the NetworkPolicies open every port one pod of the workload uses on another, and no
+    Service has a LeaderWorkerSet's name (its controller would not create the group's headless Service)."""
+    for name, (cfg, folder) in trees.items():
+        objs = rendered([folder / "overlays" / arch for arch in cfg.build.archs])
+        by_kind: dict[str, list[dict]] = {}
+        for o in objs:
+            by_kind.setdefault(o["kind"], []).append(o)
+        pods = []  # (labels, spec) of every pod template
+        for w in by_kind.get("Deployment", []) + by_kind.get("LeaderWorkerSet", []):
+            if w["kind"] == "Deployment":
+                t = w["spec"]["template"]
+                assert selects(w["spec"]["selector"]["matchLabels"], t["metadata"]["labels"])
+                pods.append((t["metadata"]["labels"], t["spec"]))
+            else:
+                t = w["spec"]["leaderWorkerTemplate"]
+                for role in ("leaderTemplate", "workerTemplate"):
+                    lbl = {
+                        **t[role]["metadata"]["labels"],
+                        "leaderworkerset.sigs.k8s.io/name": w["metadata"]["name"],
+                    }
+                    pods.append((lbl, t[role]["spec"]))
+        assert len(
+            {
+                w["metadata"]["name"]
+                for w in by_kind.get("Deployment", []) + by_kind.get("LeaderWorkerSet", [])
+            }
+        ) == len(cfg.build.archs), name
+        for svc in by_kind["Service"]:
+            chosen = [spec for lbl, spec in pods if selects(svc["spec"]["selector"], lbl)]
+            assert chosen, (name, svc["metadata"]["name"], "selects no pod")
+            for port in svc["spec"]["ports"]:
+                for spec in chosen:
+                    names = {p.get("name") for c in spec["containers"] for p in c.get("ports", [])}
+                    assert port["targetPort"] in names, (name, svc["metadata"]["name"], port)
+        lws_names = {w["metadata"]["name"] for w in by_kind.get("LeaderWorkerSet", [])}
+        assert not lws_names & {s["metadata"]["name"] for s in by_kind["Service"]}, name
+        targets = {(w["kind"], w["metadata"]["name"]) for w in objs}
+        for hpa in by_kind["HorizontalPodAutoscaler"]:
+            ref = hpa["spec"]["scaleTargetRef"]
+            assert (ref["kind"], ref["name"]) in targets, (name, ref)
+        for pdb in by_kind.get("PodDisruptionBudget", []):
+            assert any(selects(pdb["spec"]["selector"]["matchLabels"], lbl) for lbl, _ in pods), name
+        # ports one pod uses on another: the LWS leader's mpirun reaches the workers' sshd, and every
+        # port (MPI, NCCL) between the group's pods; Services' ports from clients
+        policies = by_kind["NetworkPolicy"]
+        for lbl, spec in pods:
+            for c in spec["containers"]:
+                for p in c.get("ports", []):
+                    allowed = [
+                        rule
+                        for pol in policies
+                        if selects(pol["spec"]["podSelector"]["matchLabels"], lbl)
+                        for rule in pol["spec"]["ingress"]
+                        if "ports" not in rule or p["containerPort"] in [r["port"] for r in rule["ports"]]
+                    ]
+                    assert allowed, (name, c["name"], p)
+            if lbl.get("app.kubernetes.io/component") == "worker":  # reached on any port from its leader
+                leader = next(
+                    x
+                    for x, _ in pods
+                    if x.get("app.kubernetes.io/component") == "server"
+                    and x.get("leaderworkerset.sigs.k8s.io/name") == lbl["leaderworkerset.sigs.k8s.io/name"]
+                )
+                open_all = [
+                    rule
+                    for pol in policies
+                    if selects(pol["spec"]["podSelector"]["matchLabels"], lbl)
+                    for rule in pol["spec"]["ingress"]
+                    if "ports" not in rule
+                    and any(
+                        selects(f.get("podSelector", {}).get("matchLabels", {}), leader) for f in rule["from"]
+                    )
+                ]
+                assert open_all, (name, "the group's ports are closed to its leader")
