@@ -494,3 +494,22 @@ def test_rendered_objects_refer_to_each_other(trees) -> None:
                     )
                 ]
                 assert open_all, (name, "the group's ports are closed to its leader")
+
+
+def test_variant_defaults_to_the_only_one(tmp_path) -> None:
+    """`lpx deploy k8s` without --variant deploys the config's only variant (the demo's), and names the
+    choice when there are several (D14): in-process for the first, the real CLI for the refusal."""
+    from click.testing import CliRunner
+
+    from pipeline.cli.deploy import deploy
+
+    data = demo_config_dict("/nonexistent/checkpoint")
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(deploy, ["k8s", "-c", str(tmp_path / "one.yaml"), "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    assert list((tmp_path / "k" / "overlays").glob("*/deployment-lpx-tiny-llama-fp8-*.yaml"))
+    data["variants"].append({**data["variants"][0], "name": "fp8b"})
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(data))
+    res = run_lpx("deploy", "k8s", "-c", str(tmp_path / "two.yaml"), "--out", str(tmp_path / "k2"))
+    assert res.returncode == 2 and "pick one with --variant" in res.stderr, res.stderr
+    assert not (tmp_path / "k2").exists()
