@@ -73,6 +73,11 @@ class Deploy(Strict):
     memory: str = Field("64Gi", description="Memory request = limit of the serving container.")
     shm_size: str = Field("4Gi", description="/dev/shm (Triton's python backend exchanges tensors there).")
     keys_secret: str = Field("lpx-gateway-keys", description="Secret holding the gateway's keys.json.")
+    ssh_secret: str = Field(
+        "lpx-mpi-ssh",
+        description="Multi-node (LeaderWorkerSet): Secret with host_key, authorized_keys, id_ed25519 and "
+        "known_hosts for mpirun's ssh to the workers' sshd (docs/deploy.md).",
+    )
     monitoring_namespace: str = Field("monitoring", description="Where Prometheus runs (allowed to scrape).")
     prometheus_labels: dict[str, str] = Field(
         default_factory=lambda: {"release": "kube-prometheus-stack"},

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
+from . import mpi
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
 MODELS_MOUNT = "/models"
@@ -359,9 +360,8 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
 def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     """tp x pp above one node: a group of world / gpus_per_node pods. The leader runs `lpx serve`, whose
     mpirun spans the group (stages/serve/ranks.py derives the hosts from the LWS_* variables the
-    LeaderWorkerSet controller sets); workers hold their GPUs and run an SSH server on port 2222 for
-    mpirun to start their ranks (the image must carry sshd and a shared key, as in NVIDIA's multi-node
-    Triton guide; not exercised here: no cluster)."""
+    LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
+    mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
     per_node = cfg.deploy.gpus_per_node
     world = world_size(cfg)
     if world % per_node:
@@ -373,11 +373,16 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     leader = pod_spec(cfg, variant, arch, per_node)
     worker = pod_spec(cfg, variant, arch, per_node, gateway=False)
     rank = worker["containers"][0]
-    rank["command"] = ["/usr/sbin/sshd", "-D", "-e", "-p", "2222"]
+    rank["command"] = mpi.worker_command()
     rank.pop("args")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         rank.pop(probe)
-    rank["ports"] = [{"name": "ssh", "containerPort": 2222}]
+    rank["ports"] = [{"name": "ssh", "containerPort": mpi.SSH_PORT}]
+    ssh = mpi.ssh_volume(cfg.deploy.ssh_secret)
+    for spec, c in ((worker, rank), (leader, leader["containers"][0])):
+        spec["volumes"].append(ssh)
+        c["volumeMounts"].append({"name": "ssh", "mountPath": mpi.SSH_MOUNT, "readOnly": True})
+    leader["containers"][0]["env"] += mpi.leader_env()
     rank["readinessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 10}
     rank["livenessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 20}
     return resource(
