@@ -107,11 +107,12 @@ def check_upstream_lpx(c: dict, volumes: dict) -> None:
     the real CLI, and every path argument lies in a mounted volume."""
     import click
 
-    from pipeline.cli import main
+    from pipeline.cli import cli
 
     args = list(c["args"])
-    ctx = main.make_context("lpx", list(args), resilient_parsing=False)
-    command = main.get_command(ctx, args[0])
+    ctx = click.Context(cli, info_name="lpx")
+    command = cli.get_command(ctx, args[0])
+    assert command is not None, f"lpx has no command {args[0]!r}"
     try:
         command.make_context(args[0], args[1:], parent=ctx)
     except click.UsageError as exc:
