@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 KEYS = json.dumps({"keys": []})
+SSH = {"host_key": "H\n", "authorized_keys": "A\n", "id_ed25519": "K\n", "known_hosts": "*\n"}
 
 
 def lpx_images(cfg) -> dict[str, list[str]]:
@@ -188,7 +190,7 @@ def test_engine_pod_gateway_becomes_ready_without_a_gpu(torch_pod, packed, tmp_p
     pod = Pod(
         spec,
         tmp_path / "pod",
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
+        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}, cfg.deploy.ssh_secret: SSH},
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
     )
     pod.stop()  # its own network is not used: the shared Triton lives in the torch pod's
@@ -275,3 +277,51 @@ def test_lws_worker_sshd_setup_runs_as_the_pod_would(tmp_path) -> None:
     assert f"Port {mpi.SSH_PORT}" in lines
     env = {ln.split(None, 1)[1].split("=", 1)[0] for ln in lines if ln.startswith("SetEnv")}
     assert {"PATH", "LPX_HOME", "CUDA_VISIBLE_DEVICES"} <= env
+
+
+@pytest.mark.parametrize("good", [True, False], ids=["checksum-ok", "checksum-wrong"])
+def test_init_container_streams_the_tarball_into_its_volume(packed, tmp_path, good) -> None:
+    """The fetch init container's script (curl | tee fifo | tar, sha256 of the same stream) runs as the pod
+    would, against CI's real tarball served inside the pod's network: with the right checksum the models
+    volume holds the unpacked repositories and no tarball copy; with a wrong one it exits non-zero and the
+    volume holds nothing `lpx serve --repo` would pick up."""
+    import hashlib
+
+    digest = hashlib.sha256(packed["tarball"].read_bytes()).hexdigest()
+    url = "http://127.0.0.1:8080/lpx-repos.tgz"
+    size = f"{packed['tarball'].stat().st_size * 20 // 2**20 + 1}Mi"
+    repo = {"url": url, "sha256": digest if good else "0" * 64, "size": size}
+    cfg = config("engine", 2, repository=repo)
+    ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
+    (init,) = spec["initContainers"]
+    pod = Pod(spec, tmp_path / "pod", secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}})
+    served = packed["tarball"].parent
+    server = subprocess.Popen(
+        ["nsenter", f"--net=/proc/{pod.holder.pid}/ns/net", sys.executable, "-m", "http.server", "8080"],
+        cwd=served,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        from pod_runner import in_netns, probe_once
+
+        for _ in range(100):
+            if in_netns(pod.holder.pid, lambda: probe_once({"tcpSocket": {"port": 8080}}, {})):
+                break
+            time.sleep(0.1)
+        if good:
+            pod.run(init, init["command"], timeout=120)
+        else:
+            with pytest.raises(PodFailure, match="has sha256 .* not 0000"):
+                pod.run(init, init["command"], timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        pod.stop()
+    models = pod.sources["models"]
+    found = sorted(p.relative_to(models) for p in models.rglob("manifest.json"))
+    if good:
+        assert found and not list(models.rglob("*.tgz")) and not (models / ".incoming").exists()
+        assert sorted(p.relative_to(packed["torch"]) for p in packed["torch"].rglob("manifest.json")) == found
+    else:
+        assert found == [] and list(models.iterdir()) == []
