@@ -15,6 +15,18 @@ def _config(config_path: Path | None):
     return resolve_config(config_path)
 
 
+def _variant(cfg, variant: str | None) -> str:
+    """--variant, or the config's only variant (as every other command defaults)."""
+    if variant is not None:
+        return variant
+    names = [v.name for v in cfg.variants]
+    if len(names) == 1:
+        return names[0]
+    from ..errors import UsageError
+
+    raise UsageError(f"lpx.yaml has several variants ({', '.join(names)}) - pick one with --variant")
+
+
 @click.group("deploy")
 def deploy() -> None:
     """Write deployment manifests (Kubernetes, NVIDIA Dynamo) for one variant. They are generated as data
@@ -23,7 +35,7 @@ def deploy() -> None:
 
 @deploy.command("k8s")
 @config_option
-@click.option("--variant", required=True, help="The variant to deploy.")
+@click.option("--variant", default=None, help="The variant to deploy (default: the config's only one).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -38,7 +50,7 @@ def k8s(config_path: Path | None, variant: str, out: Path) -> None:
     from ..deploy import deploy_k8s
 
     cfg = _config(config_path)
-    written = deploy_k8s(cfg, variant, out)
+    written = deploy_k8s(cfg, _variant(cfg, variant), out)
     click.echo(f"wrote {len(written)} files under {out}")
     for arch in cfg.build.archs:
         click.echo(f"  kubectl apply -k {out / 'overlays' / arch}")
@@ -50,14 +62,17 @@ def k8s(config_path: Path | None, variant: str, out: Path) -> None:
 
 @deploy.command("dynamo")
 @config_option
-@click.option("--variant", required=True, help="The variant to deploy (build.target: llmapi).")
+@click.option(
+    "--variant", default=None, help="The variant to deploy (build.target: llmapi; default: the only one)."
+)
 @click.option("--disagg", is_flag=True, help="Disaggregated prefill and decode workers.")
 @click.option(
     "--api-version",
     type=click.Choice(["v1alpha1", "v1beta1"]),
-    default="v1alpha1",
+    default="v1beta1",
     show_default=True,
-    help="DynamoGraphDeployment version: v1alpha1 for released operators (<= 1.0.2), v1beta1 for Dynamo's main.",
+    help="DynamoGraphDeployment version: v1beta1 (operators from Dynamo 1.2.0; storage version from 1.5.0), "
+    "v1alpha1 for older operators.",
 )
 @click.option(
     "--model-path",
@@ -80,7 +95,7 @@ def dynamo(
 
     cfg = _config(config_path)
     written, commands = deploy_dynamo(
-        cfg, variant, out, disagg=disagg, model_path=model_path, api_version=api_version
+        cfg, _variant(cfg, variant), out, disagg=disagg, model_path=model_path, api_version=api_version
     )
     click.echo(f"wrote {len(written)} files under {out}; apply: kubectl apply -k {out}")
     click.echo("on one machine:")

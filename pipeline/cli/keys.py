@@ -117,12 +117,18 @@ def revoke(key_id: str, keys_file: Path | None, config_path: Path | None) -> Non
 )
 @click.option("--variant", default=None, help="The variant, when the folder holds several.")
 @click.option("--model", "model_name", default=None, help="The model, when the folder holds several.")
+@click.option(
+    "--arch",
+    default=None,
+    help="Serve the repository built for this GPU arch (e.g. sm90) without looking for a GPU: the "
+    "sidecar has none (lpx deploy writes it). Default: the GPU present.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=9000, show_default=True, type=int)
 @click.option(
     "--keys", "keys_file", type=click.Path(path_type=Path), default=None, help="Hashed API keys (lpx keys)."
 )
-def gateway(triton_url, repo_dir, variant, model_name, host, port, keys_file) -> None:
+def gateway(triton_url, repo_dir, variant, model_name, arch, host, port, keys_file) -> None:
     """Run the OpenAI gateway alone in front of a Triton that serves a packaged repository (the Kubernetes
     sidecar; `lpx serve` starts it itself). Stops on SIGTERM after draining its streams."""
     from ..gateway.keys import default_path
@@ -130,7 +136,7 @@ def gateway(triton_url, repo_dir, variant, model_name, host, port, keys_file) ->
     from ..gateway.settings import GatewaySettings
     from ..stages.serve.packaged import choose_repository
 
-    repo = choose_repository(repo_dir, variant, model_name)
+    repo = choose_repository(repo_dir, variant, model_name, arch=arch)
     settings = GatewaySettings(
         triton_url=triton_url,
         tokenizer=repo.path / "preprocessing" / "1" / "tokenizer",

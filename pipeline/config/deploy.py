@@ -34,6 +34,13 @@ class Repository(Strict):
     sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="Checksum the fetched tarball must have."
     )
+    size: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)?([KMGT]i?)?$",
+        description="Unpacked size of lpx-repos.tgz (e.g. 14Gi; `tar -tvzf lpx-repos.tgz | awk '{s+=$3} END "
+        "{print s}'` prints it in bytes): the models volume's sizeLimit (+10%) and the pod's "
+        "ephemeral-storage request.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Repository:
@@ -41,6 +48,11 @@ class Repository(Strict):
             raise ValueError("set pvc or url, not both")
         if self.url and not self.sha256:
             raise ValueError("url needs sha256 (the tarball's checksum, printed by scripts/ci/package.sh)")
+        if self.url and not self.size:
+            raise ValueError(
+                "url needs size (the unpacked size of lpx-repos.tgz, e.g. 14Gi): the pod's volume is sized "
+                "and its disk requested from it, so a node without room refuses it instead of evicting it"
+            )
         return self
 
 
@@ -67,7 +79,17 @@ class Deploy(Strict):
     memory: str = Field("64Gi", description="Memory request = limit of the serving container.")
     shm_size: str = Field("4Gi", description="/dev/shm (Triton's python backend exchanges tensors there).")
     keys_secret: str = Field("lpx-gateway-keys", description="Secret holding the gateway's keys.json.")
+    ssh_secret: str = Field(
+        "lpx-mpi-ssh",
+        description="Multi-node (LeaderWorkerSet): Secret with host_key, authorized_keys, id_ed25519 and "
+        "known_hosts for mpirun's ssh to the workers' sshd (docs/deploy.md).",
+    )
     monitoring_namespace: str = Field("monitoring", description="Where Prometheus runs (allowed to scrape).")
+    prometheus_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="Labels on the ServiceMonitor and PrometheusRule that your Prometheus selects them by "
+        "(kube-prometheus-stack: release: <its Helm release name>).",
+    )
     repository: Repository = Field(default_factory=Repository)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 

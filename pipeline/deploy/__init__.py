@@ -49,10 +49,11 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
         [file_name(o) for o in base], namespace=cfg.deploy.namespace
     )
     for arch in cfg.build.archs:
-        workload = k8s.workload(cfg, variant, arch)
-        files[f"overlays/{arch}/{file_name(workload)}"] = workload
+        objects = [k8s.workload(cfg, variant, arch), *cluster.per_arch_objects(cfg, variant, arch)]
+        for o in objects:
+            files[f"overlays/{arch}/{file_name(o)}"] = o
         files[f"overlays/{arch}/kustomization.yaml"] = kustomization(
-            ["../../base", file_name(workload)], namespace=cfg.deploy.namespace
+            ["../../base", *(file_name(o) for o in objects)], namespace=cfg.deploy.namespace
         )
     return files
 
@@ -67,7 +68,7 @@ def deploy_dynamo(
     out: Path,
     disagg: bool = False,
     model_path: str | None = None,
-    api_version: str = "v1alpha1",
+    api_version: str = dynamo.DEFAULT_API_VERSION,
 ) -> tuple[list[Path], list[str]]:
     """The DynamoGraphDeployment tree (+ the engine args as files, for the local commands); returns the
     written files and the two commands that serve the same on one machine."""
@@ -80,7 +81,7 @@ def deploy_dynamo(
     files["kustomization.yaml"] = kustomization(
         [file_name(o) for o in objects], namespace=cfg.deploy.namespace
     )
-    config_map = objects[0]
+    config_map = objects[1]
     written = write_tree(out, files)
     engine = Path(out) / "engine"
     engine.mkdir(exist_ok=True)

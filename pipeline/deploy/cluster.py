@@ -1,13 +1,27 @@
-"""The cluster objects around LPX's pods (k8s.py builds the pods and workloads): Services (ClusterIP, and
-headless for gRPC), PodDisruptionBudget, NetworkPolicy, ServiceMonitor, PrometheusRule (the queue/compute
-ratio) and the HPA on it. Every arch shares them: they are deploy's base/."""
+"""The cluster objects around LPX's pods (k8s.py builds the pods and workloads).
+
+base/ (every arch shares them): Services (ClusterIP, and headless for gRPC) selecting every arch's pods,
+the NetworkPolicy, ServiceMonitor and PrometheusRule. overlays/<arch>/ (per_arch_objects): the HPA and
+PodDisruptionBudget of that arch's workload and, for a LeaderWorkerSet, the policy that opens the group's
+ports (sshd, MPI, NCCL) to the group. No Service is named like a workload: the LeaderWorkerSet controller
+creates its headless Service (the group's DNS names) under the LWS's name only if none exists."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..config import Config
-from .k8s import PORTS, QUEUE_RATIO, QUEUE_RATIO_EXPR, app_name, meta, resource, world_size
+from .k8s import (
+    PORTS,
+    QUEUE_RATIO,
+    QUEUE_RATIO_EXPR,
+    app_name,
+    arch_labels,
+    is_lws,
+    meta,
+    resource,
+    workload_name,
+)
 
 
 def services(cfg: Config, variant: str) -> list[dict[str, Any]]:
@@ -34,13 +48,16 @@ def services(cfg: Config, variant: str) -> list[dict[str, Any]]:
     ]
 
 
-def disruption_budget(cfg: Config, variant: str) -> dict[str, Any]:
-    name = app_name(cfg, variant)
+def disruption_budget(cfg: Config, variant: str, arch: str) -> dict[str, Any] | None:
+    """At most one pod of the arch down at a time - written only when autoscaling.min_replicas >= 2: with one
+    replica a budget protects nothing (maxUnavailable 1) or blocks every node drain (minAvailable 1)."""
+    if cfg.deploy.autoscaling.min_replicas < 2:
+        return None
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": meta(cfg, variant, name),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/instance": name}}},
+        "metadata": meta(cfg, variant, workload_name(cfg, variant, arch)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": arch_labels(cfg, variant, arch)}},
     }
 
 
@@ -76,12 +93,19 @@ def network_policy(cfg: Config, variant: str) -> dict[str, Any]:
     )
 
 
+def monitoring_meta(cfg: Config, variant: str) -> dict[str, Any]:
+    """Metadata with deploy.prometheus_labels (kube-prometheus-stack selects `release: <its name>`)."""
+    m = meta(cfg, variant, app_name(cfg, variant))
+    m["labels"] = {**m["labels"], **cfg.deploy.prometheus_labels}
+    return m
+
+
 def service_monitor(cfg: Config, variant: str) -> dict[str, Any]:
     name = app_name(cfg, variant)
     return resource(
         "monitoring.coreos.com/v1",
         "ServiceMonitor",
-        meta(cfg, variant, name),
+        monitoring_meta(cfg, variant),
         {
             "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             "endpoints": [
@@ -97,7 +121,7 @@ def prometheus_rule(cfg: Config, variant: str) -> dict[str, Any]:
     return resource(
         "monitoring.coreos.com/v1",
         "PrometheusRule",
-        meta(cfg, variant, name),
+        monitoring_meta(cfg, variant),
         {
             "groups": [
                 {
@@ -106,7 +130,9 @@ def prometheus_rule(cfg: Config, variant: str) -> dict[str, Any]:
                         {"record": QUEUE_RATIO, "expr": QUEUE_RATIO_EXPR},
                         {
                             "alert": "LpxQueueingAboveCompute",
-                            "expr": f'avg({QUEUE_RATIO}{{namespace="{cfg.deploy.namespace}"}}) > '
+                            # this variant's pods only (<workload>-<hash>-<id> or <workload>-<group>...)
+                            "expr": f'avg({QUEUE_RATIO}{{namespace="{cfg.deploy.namespace}", '
+                            f'pod=~"{name}-sm[0-9]+-.+"}}) > '
                             f"{2 * cfg.deploy.autoscaling.queue_compute_ratio:g}",
                             "for": "10m",
                             "labels": {"severity": "warning"},
@@ -122,12 +148,13 @@ def prometheus_rule(cfg: Config, variant: str) -> dict[str, Any]:
     )
 
 
-def autoscaler(cfg: Config, variant: str) -> dict[str, Any]:
-    """HPA on the per-pod queue/compute ratio, which prometheus-adapter serves as a Pods metric
-    named after the recording rule (docs/deploy.md has the adapter rule)."""
-    name = app_name(cfg, variant)
+def autoscaler(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
+    """HPA of one arch's workload on the per-pod queue/compute ratio, which prometheus-adapter serves as a
+    Pods metric named after the recording rule (docs/deploy.md has the adapter rule). It owns the replica
+    count: the workloads set no spec.replicas, so re-applying them keeps what the HPA chose."""
+    name = workload_name(cfg, variant, arch)
     a = cfg.deploy.autoscaling
-    kind = "LeaderWorkerSet" if world_size(cfg) > cfg.deploy.gpus_per_node else "Deployment"
+    kind = "LeaderWorkerSet" if is_lws(cfg) else "Deployment"
     api = "leaderworkerset.x-k8s.io/v1" if kind == "LeaderWorkerSet" else "apps/v1"
     return resource(
         "autoscaling/v2",
@@ -155,13 +182,32 @@ def autoscaler(cfg: Config, variant: str) -> dict[str, Any]:
     )
 
 
+def group_policy(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
+    """A LeaderWorkerSet's pods reach each other on every port (sshd 2222 for mpirun, then MPI's and
+    NCCL's dynamic TCP ports); nothing else gets those ports."""
+    name = workload_name(cfg, variant, arch)
+    group = {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": name}}
+    return resource(
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        meta(cfg, variant, f"{name}-group"),
+        {"podSelector": group, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": group}]}]},
+    )
+
+
 def base_objects(cfg: Config, variant: str) -> list[dict[str, Any]]:
     """The objects every arch shares."""
     return [
         *services(cfg, variant),
-        disruption_budget(cfg, variant),
         network_policy(cfg, variant),
         service_monitor(cfg, variant),
         prometheus_rule(cfg, variant),
-        autoscaler(cfg, variant),
     ]
+
+
+def per_arch_objects(cfg: Config, variant: str, arch: str) -> list[dict[str, Any]]:
+    """The objects of one arch's workload (its overlay)."""
+    objects = [autoscaler(cfg, variant, arch), disruption_budget(cfg, variant, arch)]
+    if is_lws(cfg):
+        objects.append(group_policy(cfg, variant, arch))
+    return [o for o in objects if o is not None]

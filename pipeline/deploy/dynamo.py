@@ -27,7 +27,21 @@ from ..stages.build.llmapi import llmapi_options
 from . import k8s
 
 ENGINE_MOUNT = "/etc/lpx/engine"
-DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.0.2"  # Dynamo 1.0.2's own examples
+# Dynamo v1.5.0 (GA 2026-09-18; tests/contracts/dynamo_release.json has the sources): v1beta1 is the CRD
+# storage version, v1alpha1 deprecated (still served, converted by the operator's webhook)
+DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.5.0"
+DEFAULT_API_VERSION = "v1beta1"
+# checkov checks that do not apply to Dynamo's pods (written into the graph's checkov.io/skip annotations)
+SKIPS = {
+    "CKV_K8S_8": "the Dynamo operator injects liveness probes into the main container (system port /live)",
+    "CKV_K8S_9": "the Dynamo operator injects readiness probes into the main container (/health)",
+    "CKV_K8S_22": "Dynamo's runtime writes caches in its workspace; a read-only root is not supported upstream",
+    "CKV_K8S_43": "the runtime image is pinned by release tag; pin its digest in an overlay if your policy asks",
+    "CKV_K8S_40": "uid 1000 is the runtime image's own non-root user",
+    "CKV_K8S_35": "no secrets are used by these pods",
+    "CKV_K8S_15": "imagePullPolicy IfNotPresent: GPU nodes cache multi-GB runtime images; tags are immutable",
+    "CKV2_K8S_6": "the operator wires frontend and workers on ports it assigns (TCP request plane); scope it there",
+}
 PHASES = {"agg": ["worker"], "disagg": ["prefill", "decode"]}
 
 
@@ -73,12 +87,34 @@ def _main_container(cfg: Config, phase: str, model_path: str, image: str) -> dic
     return {
         "name": "main",
         "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": SECURITY,
         "command": ["python3", "-m", "dynamo.trtllm"],
         "args": args,
         "volumeMounts": [
             {"name": "models", "mountPath": k8s.MODELS_MOUNT, "readOnly": True},
             {"name": "engine-args", "mountPath": ENGINE_MOUNT, "readOnly": True},
         ],
+    }
+
+
+SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "runAsUser": k8s.USER_ID,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY = {"runAsNonRoot": True, "fsGroup": k8s.USER_ID, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _frontend(image: str) -> dict[str, Any]:
+    return {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": SECURITY,
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
     }
 
 
@@ -106,20 +142,32 @@ def spec_v1beta1(cfg: Config, variant: str, phases: list[str], path: str, image:
             "name": "Frontend",
             "type": "frontend",
             "replicas": 1,
-            "podTemplate": {"spec": {"containers": [{"name": "main", "image": image}]}},
+            "podTemplate": {
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": POD_SECURITY,
+                    "containers": [_frontend(image)],
+                }
+            },
         }
     ]
     for phase in phases:
         main = _main_container(cfg, phase, path, image)
-        main["resources"] = {
-            "limits": {"nvidia.com/gpu": _gpus(cfg), "cpu": cfg.deploy.cpu, "memory": cfg.deploy.memory}
-        }
+        limits = {"nvidia.com/gpu": _gpus(cfg), "cpu": cfg.deploy.cpu, "memory": cfg.deploy.memory}
+        main["resources"] = {"requests": dict(limits), "limits": limits}
         components.append(
             {
                 "name": phase,
                 "type": phase,
                 "replicas": cfg.deploy.replicas,
-                "podTemplate": {"spec": {"containers": [main], "volumes": _volumes(cfg, variant)}},
+                "podTemplate": {
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "securityContext": POD_SECURITY,
+                        "containers": [main],
+                        "volumes": _volumes(cfg, variant),
+                    }
+                },
             }
         )
     return {"backendFramework": "trtllm", "components": components}
@@ -133,7 +181,7 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
         "Frontend": {
             "componentType": "frontend",
             "replicas": 1,
-            "extraPodSpec": {"mainContainer": {"image": image}},
+            "extraPodSpec": {"securityContext": POD_SECURITY, "mainContainer": _frontend(image)},
         }
     }
     names = {"worker": "TRTLLMWorker", "prefill": "TRTLLMPrefillWorker", "decode": "TRTLLMDecodeWorker"}
@@ -146,7 +194,11 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
         service["resources"] = {
             "limits": {"gpu": _gpus(cfg), "cpu": cfg.deploy.cpu, "memory": cfg.deploy.memory}
         }
-        service["extraPodSpec"] = {"mainContainer": main, "volumes": _volumes(cfg, variant)}
+        service["extraPodSpec"] = {
+            "securityContext": POD_SECURITY,
+            "mainContainer": main,
+            "volumes": _volumes(cfg, variant),
+        }
         services[names[phase]] = service
     return {"backendFramework": "trtllm", "services": services}
 
@@ -164,10 +216,11 @@ def dynamo_objects(
     disagg: bool = False,
     model_path: str | None = None,
     image: str = DYNAMO_IMAGE,
-    api_version: str = "v1alpha1",
+    api_version: str = DEFAULT_API_VERSION,
 ) -> list[dict[str, Any]]:
-    """[ConfigMap with the engine args, DynamoGraphDeployment]. v1alpha1 by default: every released
-    operator (up to 1.0.2) serves only it; v1beta1 (`spec.components`) is served from Dynamo's main."""
+    """[Namespace, ConfigMap with the engine args, DynamoGraphDeployment]. v1beta1 by default (served
+    from Dynamo 1.2.0, the storage version from 1.5.0); v1alpha1 (`spec.services`) for operators before
+    1.2.0."""
     cfg.variant(variant)  # a clear error for an unknown name
     if cfg.build.target != "llmapi":
         raise UsageError(
@@ -199,15 +252,20 @@ def dynamo_objects(
             "name": k8s.app_name(cfg, variant),
             "namespace": cfg.deploy.namespace,
             "labels": k8s.labels(cfg, variant),
+            "annotations": {
+                f"checkov.io/skip{i + 1}": f"{c}={why}" for i, (c, why) in enumerate(SKIPS.items())
+            },
         },
         "spec": API_VERSIONS[api_version](cfg, variant, phases, path, image),
     }
-    return [config_map, graph]
+    from . import namespace
+
+    return [namespace(cfg), config_map, graph]
 
 
 def local_commands(cfg: Config, variant: str, engine_dir: Path, checkpoint: str | None = None) -> list[str]:
-    """The two commands that serve the same thing on one machine (Dynamo installed; etcd/NATS as its
-    docs say)."""
+    """The two commands that serve the same thing on one machine (Dynamo installed). No etcd or NATS:
+    a file key-value store and the TCP request plane (flags of Dynamo's components since 1.x)."""
     if checkpoint is None:
         try:
             checkpoint = str(home() / checkpoint_path(cfg, variant))
@@ -215,7 +273,7 @@ def local_commands(cfg: Config, variant: str, engine_dir: Path, checkpoint: str 
             checkpoint = "<the llmapi checkpoint folder>"
     path = checkpoint
     return [
-        "python3 -m dynamo.frontend --http-port 8000",
+        "python3 -m dynamo.frontend --http-port 8000 --store-kv file --request-plane tcp",
         f"python3 -m dynamo.trtllm --model-path {path} --served-model-name {cfg.model.name} "
-        f"--extra-engine-args {engine_dir / 'worker.yaml'}",
+        f"--extra-engine-args {engine_dir / 'worker.yaml'} --store-kv file --request-plane tcp",
     ]

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
+from . import mpi
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
 MODELS_MOUNT = "/models"
@@ -68,6 +69,23 @@ def sm_capability(arch: str) -> tuple[int, int]:
 def world_size(cfg: Config) -> int:
     b = cfg.build
     return b.tp_size * b.pp_size if b.target == "engine" else 1
+
+
+def is_lws(cfg: Config) -> bool:
+    """tp x pp needs more GPUs than one node has: a LeaderWorkerSet instead of a Deployment."""
+    return world_size(cfg) > cfg.deploy.gpus_per_node
+
+
+def workload_name(cfg: Config, variant: str, arch: str) -> str:
+    """Each arch's workload has its own name (overlays applied together coexist: a mixed H100/B200
+    cluster serves both), distinct from every Service's (the LWS controller names its headless Service
+    after the LWS and creates it only when no Service has that name)."""
+    return dns_name(app_name(cfg, variant), arch)
+
+
+def arch_labels(cfg: Config, variant: str, arch: str) -> dict[str, str]:
+    """The selector of one arch's pods."""
+    return {"app.kubernetes.io/instance": app_name(cfg, variant), "lpx.dev/arch": arch}
 
 
 def labels(cfg: Config, variant: str) -> dict[str, str]:
@@ -168,13 +186,20 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     )
 
 
-def gateway_container(cfg: Config, variant: str) -> dict[str, Any]:
+def sidecar_args(cfg: Config, variant: str, arch: str) -> list[str]:
+    """`lpx gateway`'s arguments in the pod: the one place they are produced (the gateway's serving
+    settings join here once they have one source). --arch: the sidecar has no GPU, it is told which
+    repository its pod's Triton serves."""
     args = ["gateway", "--triton", f"127.0.0.1:{PORTS['grpc']}", "--repo", MODELS_MOUNT, "--variant", variant]
-    args += ["--host", "0.0.0.0", "--port", str(PORTS["openai"]), "--keys", f"{KEYS_MOUNT}/keys.json"]
+    args += ["--arch", arch, "--host", "0.0.0.0", "--port", str(PORTS["openai"])]
+    return args + ["--keys", f"{KEYS_MOUNT}/keys.json"]
+
+
+def gateway_container(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     return container(
         "gateway",
         cfg.deploy.slim_image,
-        args,
+        sidecar_args(cfg, variant, arch),
         ["openai"],
         (
             _probe("/health/live", "openai", 5, 60),
@@ -191,20 +216,58 @@ def gateway_container(cfg: Config, variant: str) -> dict[str, Any]:
     )
 
 
+# The init container streams lpx-repos.tgz into the models volume: the checksum is taken on the same stream
+# (a fifo into sha256sum), the files land in a hidden folder and move into place only when it matches, so
+# a corrupt or partial download leaves nothing `lpx serve --repo /models` would pick up. No tarball copy:
+# the volume holds the unpacked repositories only. POSIX sh (busybox in the curl image, dash here).
+FETCH_SCRIPT = """set -eu
+rm -rf /models/.incoming /tmp/repos.fifo
+mkdir /models/.incoming
+mkfifo /tmp/repos.fifo
+sha256sum < /tmp/repos.fifo > /tmp/repos.sha256 &
+curl -fsSL --retry 5 "$REPOS_URL" | tee /tmp/repos.fifo | tar -xzf - -C /models/.incoming
+wait $!
+got=$(cut -d' ' -f1 /tmp/repos.sha256)
+if [ "$got" != "$REPOS_SHA256" ]; then
+  rm -rf /models/.incoming
+  echo "lpx-repos.tgz has sha256 $got, not $REPOS_SHA256 (deploy.repository.sha256): a corrupt download," \
+    "or the tarball was replaced - set sha256 from the new lpx-repos.tgz.sha256" >&2
+  exit 1
+fi
+rm -rf /models/artifacts
+mv /models/.incoming/* /models/
+rmdir /models/.incoming
+"""
+
+
+def quantity_bytes(q: str) -> int:
+    """'12Gi' -> bytes (binary and decimal suffixes, as Kubernetes reads them)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?)?", q)
+    if not m:
+        raise UsageError(f"'{q}' is not a size - write it as Kubernetes does, e.g. 12Gi or 800Mi")
+    unit = m.group(2) or ""
+    scale = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    scale.update({f"{k}i": 1024 ** (i + 1) for i, k in enumerate("KMGT")})
+    return int(float(m.group(1)) * scale[unit])
+
+
+def models_size(cfg: Config) -> str | None:
+    """The models emptyDir's limit: the unpacked repositories (deploy.repository.size) + 10 %, in Mi."""
+    size = cfg.deploy.repository.size
+    if size is None:
+        return None
+    return f"{-(-quantity_bytes(size) * 11 // 10) // 2**20 + 1}Mi"
+
+
 def fetch_container(cfg: Config) -> dict[str, Any]:
-    """Init container: download CI's lpx-repos.tgz, check its sha256, unpack it into the models volume."""
+    """Init container: stream CI's lpx-repos.tgz into the models volume, checking its sha256 on the way."""
     r = cfg.deploy.repository
-    script = (
-        'set -eu; curl -fsSL --retry 5 -o /tmp/repos.tgz "$REPOS_URL"; '
-        'echo "$REPOS_SHA256  /tmp/repos.tgz" | sha256sum -c -; '
-        "tar -xzf /tmp/repos.tgz -C /models; rm /tmp/repos.tgz"
-    )
-    resources = {"cpu": "1", "memory": "1Gi"}
+    resources = {"cpu": "1", "memory": "512Mi", "ephemeral-storage": models_size(cfg)}
     return {
         "name": "fetch-repository",
         "image": FETCH_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", script],
+        "command": ["sh", "-c", FETCH_SCRIPT],
         "env": [{"name": "REPOS_URL", "value": r.url}, {"name": "REPOS_SHA256", "value": r.sha256}],
         "resources": {"requests": resources, "limits": dict(resources)},
         "securityContext": _security(),
@@ -230,11 +293,16 @@ def affinity(arch: str) -> dict[str, Any]:
     }
 
 
+def grace_period(cfg: Config) -> int:
+    """serving.openai.drain_timeout_s for the streams, + 30 s for Triton to stop after them."""
+    return int(-(-cfg.serving.openai.drain_timeout_s // 1)) + 30
+
+
 def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = True) -> dict[str, Any]:
     d = cfg.deploy
     fetch = d.repository.url is not None
     models = (
-        {"name": "models", "emptyDir": {}}
+        {"name": "models", "emptyDir": {"sizeLimit": models_size(cfg)}}
         if fetch
         else {
             "name": "models",
@@ -250,10 +318,10 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
         },
         "affinity": affinity(arch),
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        # SIGTERM: the gateway drains its streams, then Triton stops; give both time
-        "terminationGracePeriodSeconds": 60,
+        # SIGTERM: the gateway drains its streams (serving.openai.drain_timeout_s), then Triton stops
+        "terminationGracePeriodSeconds": grace_period(cfg),
         "containers": [triton_container(cfg, variant, gpus)]
-        + ([gateway_container(cfg, variant)] if gateway else []),
+        + ([gateway_container(cfg, variant, arch)] if gateway else []),
         "volumes": [
             models,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": d.shm_size}},
@@ -272,18 +340,17 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
 
 
 def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
-    name = app_name(cfg, variant)
+    """No spec.replicas: the arch's HPA owns the count (a re-apply would reset it otherwise)."""
     return resource(
         "apps/v1",
         "Deployment",
-        meta(cfg, variant, name, POD_SKIPS),
+        meta(cfg, variant, workload_name(cfg, variant, arch), POD_SKIPS),
         {
-            "replicas": cfg.deploy.replicas,
-            "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
+            "selector": {"matchLabels": arch_labels(cfg, variant, arch)},
             # one new pod at a time, none removed before it is ready: GPUs are scarce, traffic continuous
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels(cfg, variant)},
+                "metadata": {"labels": {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}},
                 "spec": pod_spec(cfg, variant, arch, world_size(cfg)),
             },
         },
@@ -293,10 +360,8 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
 def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     """tp x pp above one node: a group of world / gpus_per_node pods. The leader runs `lpx serve`, whose
     mpirun spans the group (stages/serve/ranks.py derives the hosts from the LWS_* variables the
-    LeaderWorkerSet controller sets); workers hold their GPUs and run an SSH server on port 2222 for
-    mpirun to start their ranks (the image must carry sshd and a shared key, as in NVIDIA's multi-node
-    Triton guide; not exercised here: no cluster)."""
-    name = app_name(cfg, variant)
+    LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
+    mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
     per_node = cfg.deploy.gpus_per_node
     world = world_size(cfg)
     if world % per_node:
@@ -304,28 +369,33 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
             f"tp_size x pp_size = {world} GPUs do not fill whole nodes of {per_node} - set "
             "deploy.gpus_per_node to a divisor of it"
         )
+    pod_labels = {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}
     leader = pod_spec(cfg, variant, arch, per_node)
     worker = pod_spec(cfg, variant, arch, per_node, gateway=False)
     rank = worker["containers"][0]
-    rank["command"] = ["/usr/sbin/sshd", "-D", "-e", "-p", "2222"]
+    rank["command"] = mpi.worker_command()
     rank.pop("args")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         rank.pop(probe)
-    rank["ports"] = [{"name": "ssh", "containerPort": 2222}]
+    rank["ports"] = [{"name": "ssh", "containerPort": mpi.SSH_PORT}]
+    ssh = mpi.ssh_volume(cfg.deploy.ssh_secret)
+    for spec, c in ((worker, rank), (leader, leader["containers"][0])):
+        spec["volumes"].append(ssh)
+        c["volumeMounts"].append({"name": "ssh", "mountPath": mpi.SSH_MOUNT, "readOnly": True})
+    leader["containers"][0]["env"] += mpi.leader_env()
     rank["readinessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 10}
     rank["livenessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 20}
     return resource(
         "leaderworkerset.x-k8s.io/v1",
         "LeaderWorkerSet",
-        meta(cfg, variant, name, POD_SKIPS),
-        {
-            "replicas": cfg.deploy.replicas,
+        meta(cfg, variant, workload_name(cfg, variant, arch), POD_SKIPS),
+        {  # no replicas: the HPA owns the group count
             "leaderWorkerTemplate": {
                 "size": world // per_node,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": labels(cfg, variant)}, "spec": leader},
+                "leaderTemplate": {"metadata": {"labels": pod_labels}, "spec": leader},
                 "workerTemplate": {
-                    "metadata": {"labels": {**labels(cfg, variant), "app.kubernetes.io/component": "worker"}},
+                    "metadata": {"labels": {**pod_labels, "app.kubernetes.io/component": "worker"}},
                     "spec": worker,
                 },
             },
@@ -334,6 +404,6 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
 
 
 def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
-    if world_size(cfg) > cfg.deploy.gpus_per_node:
+    if is_lws(cfg):
         return leader_worker_set(cfg, variant, arch)
     return deployment(cfg, variant, arch)

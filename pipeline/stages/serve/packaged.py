@@ -50,9 +50,12 @@ def engine_of(repo: Artifact) -> Artifact:
     return Artifact(engine, manifest)
 
 
-def choose_repository(folder: Path, variant: str | None = None, model: str | None = None) -> Artifact:
+def choose_repository(
+    folder: Path, variant: str | None = None, model: str | None = None, arch: str | None = None
+) -> Artifact:
     """The repository to serve from `folder`: of `variant` / `model` when given (required when several
-    variants are there), built for this machine's GPU."""
+    variants are there), built for `arch` when given (a process without a GPU, such as the gateway
+    sidecar, is told it), else for this machine's GPU."""
     repos = repositories(folder)
     if model:
         repos = [r for r in repos if r.manifest.get("model") == model] or _none(folder, "model", model, repos)
@@ -67,6 +70,12 @@ def choose_repository(folder: Path, variant: str | None = None, model: str | Non
             f"--repo {folder} holds several variants ({names}) - pick one with --variant (and --model)"
         )
     pairs = [(engine_of(r), r) for r in sorted(repos, key=lambda r: -float(r.manifest.get("created", 0)))]
+    if arch is not None:
+        chosen = [r for e, r in pairs if e.manifest.get("arch") in (arch, "any")]
+        if not chosen:
+            built = ", ".join(sorted({str(e.manifest.get("arch")) for e, _ in pairs}))
+            raise NotFound(f"--repo {folder} has no repository built for {arch} (it has: {built})")
+        return chosen[0]
     gpu = None if all(e.manifest.get("arch") == "any" for e, _ in pairs) else detect_gpu()
     return select(pairs, gpu)[1]
 
