@@ -20,21 +20,6 @@ from . import cluster, dynamo, k8s
 from .write import file_name, kustomization, write_tree
 
 
-def namespace(cfg: Config) -> dict[str, Any]:
-    """The namespace, labelled for the `restricted` Pod Security Standard the pods meet."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": cfg.deploy.namespace,
-            "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest",
-            },
-        },
-    }
-
-
 def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
     """Relative path -> object, for the base and one overlay per arch in build.archs."""
     cfg.variant(variant)  # a clear error for an unknown name
@@ -43,7 +28,7 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
             "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
             "'lpx deploy dynamo' (or build.target engine / torch for Kubernetes with Triton)"
         )
-    base = [namespace(cfg), *cluster.base_objects(cfg, variant)]
+    base = [k8s.namespace(cfg), *cluster.base_objects(cfg, variant)]
     files: dict[str, dict[str, Any]] = {f"base/{file_name(o)}": o for o in base}
     files["base/kustomization.yaml"] = kustomization(
         [file_name(o) for o in base], namespace=cfg.deploy.namespace

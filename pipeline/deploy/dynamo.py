@@ -258,9 +258,7 @@ def dynamo_objects(
         },
         "spec": API_VERSIONS[api_version](cfg, variant, phases, path, image),
     }
-    from . import namespace
-
-    return [namespace(cfg), config_map, graph]
+    return [k8s.namespace(cfg), config_map, graph]
 
 
 def local_commands(cfg: Config, variant: str, engine_dir: Path, checkpoint: str | None = None) -> list[str]:

@@ -359,7 +359,7 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
 
 def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     """tp x pp above one node: a group of world / gpus_per_node pods. The leader runs `lpx serve`, whose
-    mpirun spans the group (stages/serve/ranks.py derives the hosts from the LWS_* variables the
+    mpirun spans the group (servers/ranks.py derives the hosts from the LWS_* variables the
     LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
     mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
     per_node = cfg.deploy.gpus_per_node
@@ -407,3 +407,18 @@ def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     if is_lws(cfg):
         return leader_worker_set(cfg, variant, arch)
     return deployment(cfg, variant, arch)
+
+
+def namespace(cfg: Config) -> dict[str, Any]:
+    """The namespace, labelled for the `restricted` Pod Security Standard the pods meet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": cfg.deploy.namespace,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    }
