@@ -9,15 +9,17 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: str | bytes, encoding: str = "utf-8") -> Path:
-    """Write `data` to `path` (parents created): a `.<name>.<pid>.tmp` sibling, flushed to disk, then
-    renamed over `path`; the temporary file is removed if anything fails. Returns `path`."""
+def write_atomic(path: Path, data: str | bytes, encoding: str = "utf-8", mode: int = 0o644) -> Path:
+    """Write `data` to `path` (parents created): a `.<name>.<pid>.tmp` sibling created with `mode` (0o600
+    for a secret: it is never readable by others, not even for a moment), flushed to disk, then renamed over
+    `path`; the temporary file is removed if anything fails. Returns `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     raw = data.encode(encoding) if isinstance(data, str) else data
     try:
-        with open(tmp, "wb") as fh:
+        tmp.unlink(missing_ok=True)  # a leftover of a killed writer with this pid: O_EXCL below
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as fh:
             fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())

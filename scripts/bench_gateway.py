@@ -71,7 +71,7 @@ def part_a(work: Path, rounds: int, warmup: int, tokens: int) -> dict:
     from bench_repo import build_repo
     from transformers import AutoTokenizer
 
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     repo, engine = work / "repo", work / "engine"
     if not (repo / "tensorrt_llm").is_dir():  # a --work folder of an earlier run keeps its repository
@@ -133,7 +133,7 @@ def part_b(work: Path, rounds: int, warmup: int, levels: list[int], tokens: int,
 
     from pipeline.bench.toy import write_toy_repo
     from pipeline.demo import write_checkpoint
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     ckpt = work / "checkpoint"
     if not (ckpt / "tokenizer.json").is_file():

@@ -98,7 +98,7 @@ def main() -> int:
 
     from pipeline.bench.toy import write_toy_repo
     from pipeline.demo import write_checkpoint
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     work = Path(tempfile.mkdtemp(prefix="lpx-gateway-ab-"))
     os.environ.setdefault("LPX_HOME", str(work / "home"))

@@ -166,7 +166,7 @@ def main() -> int:
     import tritonclient.grpc as grpcclient
     from transformers import AutoTokenizer
 
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     work = args.work or Path(tempfile.mkdtemp(prefix="lpx-bench-repo-"))
     os.environ.setdefault("LPX_HOME", str(work / "home"))

@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.bench.load import LoadSpec, Record, run_closed
 from pipeline.bench.metrics import request_metrics, summarize
 from pipeline.bench.toy import write_toy_repo
-from pipeline.stages.serve.tritonserver import TritonServer
+from pipeline.servers.tritonserver import TritonServer
 
 
 def within(measured: float, truth: float) -> bool:

@@ -108,7 +108,7 @@ def running_server(repo: Path, root: Path, **env: str):
     LPX_HOME under `root` and the extra environment `env`; yields the started server, stops it after.
     A restart after the known lock abort while loading (TritonServer.start) shows as a pytest warning."""
     from pipeline.errors import LpxError
-    from pipeline.stages.serve.tritonserver import TritonServer, find_tritonserver
+    from pipeline.servers.tritonserver import TritonServer, find_tritonserver
 
     try:
         find_tritonserver()

@@ -99,9 +99,7 @@ def test_arrivals_seeded_with_the_right_mean_rate(burstiness):
 
 
 def test_every_request_failing_is_an_error(tmp_path):
-    port = __import__("pipeline.stages.serve.tritonserver", fromlist=["_pick_ports"])._pick_ports(
-        "127.0.0.1", 1
-    )[0]
+    port = __import__("pipeline.servers.child", fromlist=["free_ports"]).free_ports("127.0.0.1", 1)[0]
     res = CliRunner().invoke(
         bench_command,
         [
@@ -137,7 +135,7 @@ def test_every_request_failing_is_an_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_fixed_delay_server_measured_right(tmp_path, protocol):
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     first_ms, every_ms, osl = 100.0, 20.0, 8
     with TritonServer(write_toy_repo(tmp_path / "repo", first_ms, every_ms), ready_timeout_s=60) as srv:

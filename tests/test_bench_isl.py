@@ -132,7 +132,7 @@ def bench_args(url: str, out: Path, *extra: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("honour", [True, False])
 def test_min_tokens_forced_or_refused_once_and_counts_from_the_server(tmp_path, tiny_checkpoint, honour):
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.tritonserver import TritonServer
 
     repo = write_text_repo(tmp_path / "repo", tiny_checkpoint, honour)
     with TritonServer(repo, ready_timeout_s=90) as srv:
@@ -175,8 +175,8 @@ def demo_server(tmp_path_factory, tiny_checkpoint):
     from pipeline.demo import demo_config_dict
     from pipeline.progress import Reporter
     from pipeline.runner import Runner
-    from pipeline.stages.serve.selection import choose
-    from pipeline.stages.serve.tritonserver import TritonServer
+    from pipeline.servers.selection import choose
+    from pipeline.servers.tritonserver import TritonServer
 
     root = tmp_path_factory.mktemp("demo")
     old = os.environ.get("LPX_HOME")

@@ -52,7 +52,7 @@ def test_serving_problems_are_found_before_any_stage_runs(tmp_path, isolated_hom
     import pytest
 
     from pipeline.errors import LpxError
-    from pipeline.stages.serve import binary
+    from pipeline.servers import binary
 
     cfg = tmp_path / "lpx.yaml"
     with socket.socket() as busy:

@@ -13,7 +13,7 @@ from pipeline.errors import LpxError
 from pipeline.facts.gpu import GpuInfo
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
-from pipeline.stages.serve.selection import select
+from pipeline.servers.selection import select
 
 LLAMA_70B = {
     "architectures": ["LlamaForCausalLM"],

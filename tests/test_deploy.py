@@ -25,7 +25,7 @@ from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.deploy import deploy_dynamo, deploy_k8s, k8s
 from pipeline.errors import LpxError
-from pipeline.stages.serve.ranks import mpi_hosts
+from pipeline.servers.ranks import mpi_hosts
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S_VERSIONS = ("1.30.0", "1.34.0")

@@ -77,7 +77,7 @@ class Stack:
             return c.request(method, f"{self.url}{path}", headers=headers, **kw)
 
 
-# What `lpx serve` runs once the stages are done (pipeline/stages/serve): Triton, the gateway beside it,
+# What `lpx serve` runs once the stages are done (pipeline/served.py): Triton, the gateway beside it,
 # until SIGTERM; here on a repository written from the test engine
 SERVE = """
 import json, sys
@@ -85,7 +85,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from pipeline.config import parse_config
 from pipeline.progress import Reporter
-from pipeline.stages.serve import serve_forever_repo
+from pipeline.served import serve_forever_repo
 serve_forever_repo(parse_config(json.loads(sys.argv[1])), "fp8", SimpleNamespace(path=Path(sys.argv[2])), Reporter())
 """
 
@@ -101,8 +101,9 @@ def stack(torch_engine_dir: Path, tmp_path_factory):
     from pipeline.demo import demo_config_dict
     from pipeline.errors import LpxError
     from pipeline.gateway.keys import add_key
+    from pipeline.servers.child import log_tail
+    from pipeline.servers.tritonserver import find_tritonserver
     from pipeline.stages.repository import write_repository
-    from pipeline.stages.serve.tritonserver import find_tritonserver, log_tail
 
     try:
         find_tritonserver()

@@ -73,7 +73,7 @@ def gw(tmp_path_factory):
     from pipeline.gateway.keys import add_key
     from pipeline.gateway.process import GatewayProcess
     from pipeline.gateway.settings import GatewaySettings
-    from pipeline.stages.serve.tritonserver import TritonServer, find_tritonserver
+    from pipeline.servers.tritonserver import TritonServer, find_tritonserver
 
     try:
         find_tritonserver()

@@ -50,7 +50,7 @@ def packed(tmp_path_factory, tiny_checkpoint) -> dict[str, Path]:
     arch any) and relabelled as an sm90 engine's repository."""
     if os.geteuid() != 0:
         pytest.skip("the pod runner needs root (mount and network namespaces)")
-    from pipeline.stages.serve.tritonserver import find_tritonserver
+    from pipeline.servers.tritonserver import find_tritonserver
 
     try:
         find_tritonserver()

@@ -12,8 +12,9 @@ import pytest
 
 from pipeline import client
 from pipeline.errors import LpxError
-from pipeline.stages.serve import binary
-from pipeline.stages.serve import tritonserver as serve
+from pipeline.servers import binary
+from pipeline.servers import tritonserver as serve
+from pipeline.servers.child import free_ports
 
 TOY_CONFIG = """
 name: "ensemble"
@@ -117,7 +118,7 @@ def test_busy_port_fails_before_launch(tmp_path):
 
 
 def test_connection_refused_names_serve(tmp_path):
-    port = serve._pick_ports("127.0.0.1", 1)[0]
+    port = free_ports("127.0.0.1", 1)[0]
     for protocol in ("grpc", "http"):
         with pytest.raises(LpxError, match="lpx serve"):
             client.generate(f"127.0.0.1:{port}", "hi", 4, protocol=protocol, timeout_s=10)
@@ -203,7 +204,7 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     code = (
         "import sys, time; from pathlib import Path\n"
         "from pipeline.bench.toy import write_toy_repo\n"
-        "from pipeline.stages.serve.tritonserver import TritonServer\n"
+        "from pipeline.servers.tritonserver import TritonServer\n"
         "s = TritonServer(write_toy_repo(Path(sys.argv[1]), 10, 5)).start()\n"
         "print(s.proc.pid, flush=True); time.sleep(600)\n"
     )

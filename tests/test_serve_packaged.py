@@ -31,7 +31,7 @@ def env_for(home: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory, tiny_checkpoint) -> Path:
-    from pipeline.stages.serve.tritonserver import find_tritonserver
+    from pipeline.servers.tritonserver import find_tritonserver
 
     try:
         find_tritonserver()
@@ -95,7 +95,7 @@ def test_serve_repo_answers_through_its_gateway_and_a_sidecar_one(unpacked: Path
     as the Kubernetes pod runs it, answers a chat completion. One Triton start for both."""
     import openai
 
-    from pipeline.stages.serve.tritonserver import _pick_ports
+    from pipeline.servers.child import free_ports
 
     home = tmp_path / "home"
     proc = subprocess.Popen(
@@ -114,7 +114,7 @@ def test_serve_repo_answers_through_its_gateway_and_a_sidecar_one(unpacked: Path
         out = client.completions.create(model=model, prompt="Bread is made", max_tokens=8, temperature=0)
         assert out.choices[0].text and out.usage.completion_tokens >= 1
         assert out.choices[0].finish_reason in ("stop", "length")
-        (port,) = _pick_ports("127.0.0.1", 1)
+        (port,) = free_ports("127.0.0.1", 1)
         sidecar = subprocess.Popen(
             [
                 str(BIN / "lpx"),

@@ -9,9 +9,9 @@ import pytest
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.errors import LpxError
-from pipeline.stages.serve import ranks as mpi
-from pipeline.stages.serve import tritonserver as serve
-from pipeline.stages.serve import world_size
+from pipeline.served import world_size
+from pipeline.servers import ranks as mpi
+from pipeline.servers import tritonserver as serve
 
 BIN = Path("/opt/tritonserver/bin/tritonserver")
 REPO = Path("/models/repo")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import StageFailed
-from pipeline.stages.serve import tritonserver as serve
+from pipeline.servers import tritonserver as serve
 
 CONFIG = """
 name: "m"
@@ -147,7 +147,7 @@ def test_lpx_serve_says_so_on_its_terminal() -> None:
     from pipeline.config import parse_config
     from pipeline.demo import demo_config_dict
     from pipeline.progress import Reporter
-    from pipeline.stages.serve import server
+    from pipeline.served import server
 
     console = Console(record=True, width=400)
     srv = server(parse_config(demo_config_dict("unused")), "fp8", None, Reporter(console))

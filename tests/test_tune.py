@@ -17,7 +17,7 @@ from pipeline.config import load_config, parse_config
 from pipeline.errors import ConfigError, UsageError
 from pipeline.facts.gpu import lookup_gpu
 from pipeline.facts.models import numerics_of, shape_of
-from pipeline.stages.serve.tritonserver import TritonServer
+from pipeline.servers.tritonserver import TritonServer
 from pipeline.tune import answer, space
 from pipeline.tune.cells import Measurement, memory_in_use, search_all, slo_label
 from pipeline.tune.run import Options, finish, measure_cells, parse_budget

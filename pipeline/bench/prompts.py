@@ -62,7 +62,7 @@ def served_repo(url: str) -> Path | None:
     if not _local(url):
         return None
     port = _port(url)
-    from ..stages.serve import running_server
+    from ..served import running_server
 
     try:
         info = running_server()

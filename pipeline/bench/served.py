@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import StageFailed, UsageError
+from ..errors import UsageError
 from .load import ENGINE
 from .options import BenchOptions
 
@@ -22,7 +22,7 @@ def openai_target(opts: BenchOptions) -> BenchOptions:
         return opts
     url = opts.url
     if url is None:
-        from ..stages.serve import running_server
+        from ..served import running_server
 
         url = running_server().get("openai_url")
         if not url:
@@ -59,9 +59,7 @@ def served_variant(
     """Run the stages for one variant, serve its repository on 127.0.0.1, yield (url, variant info), stop."""
     from ..config import resolve_config
     from ..progress import Reporter
-    from ..runner import Runner
-    from ..stages.serve import server as triton_server
-    from ..stages.serve.selection import choose
+    from ..served import served
 
     report = Reporter()
     cfg = resolve_config(config_path, report)
@@ -71,27 +69,18 @@ def served_variant(
             "lpx bench -c measures one variant; pick it with --variant "
             f"(have: {', '.join(v.name for v in variants)})"
         )
-    runner = Runner(cfg, report)
-    outcome = runner.run(variants, "repo")[0]
-    runner.raise_gate_failures()
-    picked = choose(outcome)
-    if picked is None:
-        raise StageFailed(
-            f"variant '{variants[0].name}' has no model repository to serve - see the messages above"
-        )
-    engine, repo = picked
-    with triton_server(cfg, variants[0].name, repo) as server:
-        report.stage("serve", variants[0].name, f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}")
+    with served(cfg, variants[0].name, report, gateway=False) as running:
+        server, built = running.triton, running.built
         yield (
             server.grpc_url if protocol == "grpc" else server.http_url,
             {
                 "model": cfg.model.name,
                 "name": variants[0].name,
-                "artifact": engine.path,
-                "repo": repo.path,
+                "artifact": built.engine.path,
+                "repo": built.repo.path,
                 "provenance": {
                     "config": cfg.model_dump(mode="json"),
-                    "artifact_keys": {k: a.key for k, a in outcome.artifacts.items()},
+                    "artifact_keys": {k: a.key for k, a in built.outcome.artifacts.items()},
                 },
             },
         )

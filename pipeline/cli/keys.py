@@ -134,7 +134,7 @@ def gateway(triton_url, repo_dir, variant, model_name, arch, host, port, keys_fi
     from ..gateway.keys import default_path
     from ..gateway.process import run
     from ..gateway.settings import GatewaySettings
-    from ..stages.serve.packaged import choose_repository
+    from ..servers.repository import choose_repository
 
     repo = choose_repository(repo_dir, variant, model_name, arch=arch)
     settings = GatewaySettings(

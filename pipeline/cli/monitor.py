@@ -39,7 +39,7 @@ def top(url: str | None, gateway: str | None, interval: float, once: bool) -> No
     if interval <= 0:
         raise UsageError(f"--interval {interval} must be above 0 seconds")
     if url is None:
-        from ..stages.serve import running_server
+        from ..served import running_server
 
         info = running_server()
         url = info["metrics_url"]

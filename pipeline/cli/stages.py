@@ -27,8 +27,8 @@ def _run(
 
     report = Reporter()
     cfg = resolve_config(config_path, report)  # a bad lpx.yaml is refused before torch & co. load (~10 s)
+    from .. import served as serve
     from ..runner import Runner
-    from ..stages import serve
 
     if host:
         cfg.serving.host = host
@@ -156,7 +156,7 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
     """Serve one variant's repository with tritonserver (and the OpenAI gateway) until Ctrl-C."""
     if repo_dir is not None:
         from ..errors import UsageError
-        from ..stages.serve.packaged import serve_packaged
+        from ..served import serve_packaged
 
         if config_path is not None or len(variants) > 1:
             raise UsageError(
@@ -217,7 +217,7 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
 def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http, api, chat, api_key) -> None:
     """Stream a completion for PROMPT, printing tokens as they arrive."""
     from ..client import generate_stream, openai_stream
-    from ..stages.serve import running_server
+    from ..served import running_server
 
     params = {
         k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None

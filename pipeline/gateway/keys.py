@@ -15,14 +15,13 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..artifacts import home
+from ..atomic import write_atomic
 from ..errors import NotFound, UsageError
 
 log = logging.getLogger("lpx.gateway")
@@ -73,18 +72,8 @@ def write_keys(path: Path, keys: list[Key]) -> None:
     """Replace the file atomically (a temporary file in the same folder, renamed), mode 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".keys-", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"keys": [k.__dict__ for k in keys]}, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps({"keys": [k.__dict__ for k in keys]}, indent=2) + "\n"
+    write_atomic(path, text, mode=0o600)
 
 
 def add_key(

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomic
 from ..errors import LpxError, StageFailed
 from .settings import GatewaySettings
 
@@ -145,9 +146,7 @@ def run(settings: GatewaySettings, ready_file: Path | None = None) -> None:
                 settings.triton_url,
             )
             if ready_file is not None:
-                tmp = Path(f"{ready_file}.tmp")
-                tmp.write_text(json.dumps({"port": port, "pid": os.getpid()}))
-                tmp.replace(ready_file)
+                write_atomic(ready_file, json.dumps({"port": port, "pid": os.getpid()}))
         await task
 
     if config.loop == "uvloop":
@@ -195,27 +194,17 @@ class GatewayProcess:
         return f"http://{host}:{self.port}"
 
     def start(self) -> GatewayProcess:
-        from ..stages.serve.tritonserver import _die_with_parent, log_tail
+        from ..servers.child import log_tail, spawn
 
         self.folder.mkdir(parents=True, exist_ok=True)
         settings_file = self.folder / f"gateway-{os.getpid()}.json"
         ready = self.folder / f"gateway-{os.getpid()}.ready"
         ready.unlink(missing_ok=True)
-        settings_file.write_text(self.settings.model_dump_json(indent=2))
-        settings_file.chmod(0o600)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(settings_file, self.settings.model_dump_json(indent=2), mode=0o600)
         env = dict(os.environ)
         env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.gateway", str(settings_file), str(ready)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        argv = [sys.executable, "-m", "pipeline.gateway", str(settings_file), str(ready)]
+        self.proc = spawn(argv, self.log_path, env, append=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while not ready.exists():
             code = self.proc.poll()
@@ -257,13 +246,9 @@ class GatewayProcess:
         proc, self.proc = self.proc, None
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.settings.drain_timeout_s + GIVE_UP_S + 10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        return proc.wait()
+        from ..servers.child import stop
+
+        return stop(proc, grace_s=self.settings.drain_timeout_s + GIVE_UP_S + 10)
 
     def __enter__(self) -> GatewayProcess:
         return self.start()

@@ -45,7 +45,7 @@ def _disk_free(path: Path) -> int:
 
 
 def _tritonserver() -> Path:
-    from ..stages.serve.binary import find_tritonserver
+    from ..servers.binary import find_tritonserver
 
     return find_tritonserver()
 

@@ -4,7 +4,8 @@
     evaluate.py  quality against the unquantized model, and the quality gate
     build/       per target: engine (trtllm-build), llmapi (LLM-API folder), torch (LPX's reference engine)
     repository/  the Triton model repository (config.pbtxt as ModelConfig messages, LPX's python models)
-    serve/       tritonserver on a repository: binary, ranks, process, which engine this GPU may serve
+    serving (STAGES' last step) writes no artifact: pipeline/served.py composes it from these stages
+                 and the processes of pipeline/servers/
 
 Each stage owns three things and the runner (pipeline/runner.py) only orders them and reports:
     check(ctx, variant)        what can be refused before any work (a UsageError naming the fix)

@@ -19,7 +19,6 @@ from ..bench.metrics import summarize
 from ..bench.options import BenchOptions
 from ..bench.target import declare, load_spec, vocab_of
 from ..config import Config
-from ..errors import StageFailed
 from ..keys import code_fingerprint, make_key
 from .search import SearchSettings, search
 from .space import Cell, cell_config
@@ -158,8 +157,7 @@ def save_cell(store: Store, slot: Path, inputs: dict[str, Any], doc: dict[str, A
 def build_cell(cfg: Config, cell: Cell, report: Any) -> tuple[Config, Any, Artifact, Artifact]:
     """(the cell's config, its runner, engine, repository): the stages run (through their cache) for the
     GPU here when there is one."""
-    from ..runner import Runner
-    from ..stages.serve.selection import choose
+    from ..served import repository_of
 
     ccfg = cell_config(cfg, cfg.variant(cell.variant), cell.limits)
     if ccfg.build.target != "torch":  # build only for the GPU here: the cell is measured on it
@@ -168,11 +166,8 @@ def build_cell(cfg: Config, cell: Cell, report: Any) -> tuple[Config, Any, Artif
         present = detect_gpu()
         if present is not None and present.arch in ccfg.build.archs:
             ccfg.build.archs = [present.arch]
-    runner = Runner(ccfg, report, skip_gate=True)  # the gate was applied before any cell was built
-    picked = choose(runner.run(ccfg.variants, "repo")[0])
-    if picked is None:
-        raise StageFailed(f"cell {cell.name}: no repository was built - see the messages above")
-    return ccfg, runner, *picked
+    built = repository_of(ccfg, cell.variant, report, skip_gate=True)  # the gate ran before any cell
+    return ccfg, built.runner, built.engine, built.repo
 
 
 def measure_local(cfg: Config, cell: Cell, m: Measurement, report: Any, say: Callable[[str], None]) -> dict:
@@ -198,10 +193,10 @@ def serve_and_search(
     ccfg: Config, cell: Cell, m: Measurement, runner: Any, repo: Artifact, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Serve the cell's repository on loopback and run the goodput search for every SLO on it."""
-    from ..stages.serve import server
+    from ..served import started
 
     t0 = time.perf_counter()
-    with server(ccfg, cell.variant, repo) as srv:
+    with started(ccfg, cell.variant, repo, runner.report, gateway=False) as (srv, _):
         say(f"serving {cell.name} on {srv.grpc_url}")
         opts = m.bench_options(url=srv.grpc_url, model=ENGINE, protocol="grpc")
         spec = load_spec(opts, vocab=vocab_of(runner.ctx.checkpoint()[0].config), prompt_ids=m.prompt_ids)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import StageFailed, UsageError
+from ...servers import child
 from ...toolchain import version
 
 BINARY_ENV = "LPX_TRTLLM_BUILD"
@@ -51,24 +52,6 @@ def _tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the child's process group, SIGKILL it if still there after grace_s, then reap."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # the group may outlive its leader: make sure nothing of it is left
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def run_build(
     argv: list[str],
     log_path: Path,
@@ -84,20 +67,11 @@ def run_build(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + shlex.join(cmd) + "\n")
-        log.flush()
+    with open(log_path, "w", encoding="utf-8") as logfile:
+        logfile.write("$ " + shlex.join(cmd) + "\n")
+        logfile.flush()
         try:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-                bufsize=1,
-                start_new_session=True,
-            )
+            proc = child.spawn(cmd, None)
         except OSError as exc:
             raise UsageError(f"cannot start {cmd[0]}: {exc} - check {BINARY_ENV} or PATH") from None
 
@@ -105,8 +79,8 @@ def run_build(
             assert proc.stdout is not None
             report = progress
             for line in proc.stdout:
-                log.write(line)
-                log.flush()
+                logfile.write(line)
+                logfile.flush()
                 if report is not None:
                     try:
                         report(line.rstrip("\n"))
@@ -124,7 +98,7 @@ def run_build(
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            child.stop(proc, grace_s=5.0, whole_group=True)
             reader.join(timeout=5)
             raise StageFailed(
                 f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
@@ -132,7 +106,7 @@ def run_build(
                 detail=_tail(log_path),
             ) from None
         except BaseException:  # KeyboardInterrupt and friends: never leave a build running
-            _kill_group(proc)
+            child.stop(proc, grace_s=5.0, whole_group=True)
             reader.join(timeout=5)
             raise
         reader.join(timeout=30)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...atomic import write_atomic
 from ...errors import LpxError, UsageError
 from .source_config import (
     ROPE_TYPES,
@@ -212,9 +213,7 @@ def check_trtllm(source_config: dict, trtllm_dir: Path, where: str) -> list[str]
         fixes.append(f"trtllm/config.json: wrote {field} = {_short(want)} (missing; from the source config)")
     _check_tied(src, cfg, Path(trtllm_dir), where)
     if fixes:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(cfg, indent=4) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, json.dumps(cfg, indent=4) + "\n")
     return fixes
 
 
@@ -293,9 +292,7 @@ def check_hf(source_config: dict, hf_dir: Path, where: str) -> list[str]:
             text[key] = value
             fixes.append(f"hf/config.json: wrote {key} = {_short(value)} (transformers 4.x name)")
     if fixes:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return fixes
 
 

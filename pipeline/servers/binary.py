@@ -17,8 +17,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ...artifacts import home
-from ...errors import NotFound, UsageError
+from ..artifacts import home
+from ..errors import NotFound, UsageError
 
 CONTAINER_BIN = Path("/opt/tritonserver/bin/tritonserver")
 INSTALL_FIX = (

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ...errors import NotFound, UsageError
+from ..errors import NotFound, UsageError
 
 MPI_FIX = (
     "install Open MPI (mpirun on PATH; the NGC Triton TensorRT-LLM container ships it) "

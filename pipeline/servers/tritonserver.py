@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,61 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from ...artifacts import home
-from ...errors import LpxError, NotFound, StageFailed
+from ..artifacts import home
+from ..errors import LpxError, NotFound, StageFailed
+from . import child
 from .binary import bundled_env, find_tritonserver, is_bundled, private_backends
+from .child import free_ports, hostport, log_tail, port_free, spawn
 from .ranks import find_mpirun, mpi_command
 
 CONTAINER_BIN = Path("/opt/tritonserver/bin/tritonserver")
 INSTALL_FIX = (
     "install it with \"pip install 'lpx[triton]'\" or run LPX inside the NGC Triton TensorRT-LLM container"
 )
-LOG_TAIL_LINES = 30
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def port_free(host: str, port: int) -> bool:
-    """True if nothing listens on host:port (TIME_WAIT leftovers do not count)."""
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_ports(host: str, n: int) -> list[int]:
-    socks = [socket.socket(_family(host), socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _hostport(host: str, port: int) -> str:
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """Last `lines` lines of Triton's log without its tables, after any earlier error lines."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    kept = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("+", "|"))]
-    errors = [ln for ln in kept[:-lines] if ln.startswith("E") or "Error" in ln or "error:" in ln][-10:]
-    return "\n".join(errors + (["..."] if errors else []) + kept[-lines:])
 
 
 # The python backend's shared-memory lock failing (the C++ runtime's "terminate called after throwing an
@@ -99,18 +54,6 @@ def known_load_abort(log_text: str) -> str | None:
 
 def _stderr_notice(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def _kill_group(pgid: int, wait_s: float = 5.0) -> None:
-    """SIGKILL every process of the group and wait (bounded) until none is left."""
-    deadline = time.monotonic() + wait_s
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-        while time.monotonic() < deadline:
-            os.killpg(pgid, 0)
-            time.sleep(0.05)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class TritonServer:
@@ -154,15 +97,15 @@ class TritonServer:
 
     @property
     def http_url(self) -> str:
-        return _hostport(self.host, self._ports["http"])
+        return hostport(self.host, self._ports["http"])
 
     @property
     def grpc_url(self) -> str:
-        return _hostport(self.host, self._ports["grpc"])
+        return hostport(self.host, self._ports["grpc"])
 
     @property
     def metrics_url(self) -> str:
-        return _hostport(self.host, self._ports["metrics"])
+        return hostport(self.host, self._ports["metrics"])
 
     # -- lifecycle ------------------------------------------------------------------------------
     def command(self, binary: Path, backends: Path | None) -> list[str]:
@@ -241,7 +184,7 @@ class TritonServer:
         return None
 
     def _launch(self, binary: Path) -> None:
-        free = iter(_pick_ports(self.host, sum(1 for p in self._requested.values() if not p)))
+        free = iter(free_ports(self.host, sum(1 for p in self._requested.values() if not p)))
         self._ports = {k: (p or next(free)) for k, p in self._requested.items()}
         root = is_bundled(binary)
         env = bundled_env(root) if root else None
@@ -251,17 +194,7 @@ class TritonServer:
         backends = private_backends(root) if root else None
         if self.log_path is None:
             self.log_path = home() / "triton" / "logs" / f"tritonserver-{self.shm_prefix.rstrip('_')}.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(binary, backends),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        self.proc = spawn(self.command(binary, backends), self.log_path, env)
 
     def _keep_log(self) -> Path:
         """Move the aborted attempt's log aside (the restart writes a new one); returns where it went."""
@@ -304,14 +237,7 @@ class TritonServer:
         """SIGTERM, wait, SIGKILL the process group if needed, remove our leaked /dev/shm regions."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.exit_timeout_s + 5)
-                except subprocess.TimeoutExpired:
-                    pass
-            _kill_group(proc.pid)  # stubs or a hung server left in the group
-            proc.wait()
+            child.stop(proc, grace_s=self.exit_timeout_s + 5)  # stubs or a hung server: the group killed
         for leaked in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
             leaked.unlink(missing_ok=True)
 
@@ -329,17 +255,6 @@ def _read(path: Path | None) -> str:
         return Path(path).read_text(encoding="utf-8", errors="replace") if path else ""
     except OSError:
         return ""
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the process that started it dies, even by SIGKILL,
-    so a killed 'lpx serve' or test never leaves a tritonserver holding ports and /dev/shm (Linux only)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def serve_forever(server: TritonServer, poll_s: float = 0.5, also=None) -> None:

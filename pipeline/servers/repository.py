@@ -1,4 +1,4 @@
-"""Serving a packaged repository without lpx.yaml (`lpx serve --repo DIR`, the Kubernetes pods): DIR is
+"""Which repository to serve from a packaged folder, without lpx.yaml (`lpx serve --repo DIR`, the Kubernetes pods): DIR is
 one repository (it holds ensemble/ and manifest.json), or an unpacked lpx-repos.tgz (scripts/ci/package.sh:
 artifacts/repos/<model>/<variant>/<arch>/<key>/ as under LPX_HOME). The repository built for the GPU
 present is chosen as for a configured serve (selection.py); a read-only DIR is fine: Triton and LPX only
@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...artifacts import Artifact, read_manifest
-from ...errors import NotFound, UsageError
-from ...facts.gpu import detect_gpu
+from ..artifacts import Artifact, read_manifest
+from ..errors import NotFound, UsageError
+from ..facts.gpu import detect_gpu
 from .selection import select
 
 ENGINE_DIR = Path("tensorrt_llm") / "1" / "engine"
@@ -83,52 +83,3 @@ def choose_repository(
 def _none(folder: Path, what: str, name: str, repos: list[Artifact]):
     have = ", ".join(sorted({str(r.manifest.get(what)) for r in repos}))
     raise NotFound(f"--repo {folder} has no {what} '{name}' (it has: {have})")
-
-
-def packaged_config(repo: Artifact, host: str | None, gateway: bool, ports: dict[str, int] | None = None):
-    """The Config a packaged repository is served with: its model and variant names, the target and GPU
-    count its engine was built for, serving defaults (host as asked)."""
-    from ...config import parse_config
-
-    engine = engine_of(repo)
-    target = (engine.manifest.get("inputs") or {}).get("target")
-    if isinstance(target, dict):  # torch and llmapi builds record {"target": ...} among their inputs
-        target = target.get("target")
-    if target not in ("engine", "llmapi", "torch"):
-        target = "engine" if repo.manifest.get("results", {}).get("backend") == "tensorrtllm" else "torch"
-    ranks = len(list(engine.path.glob("rank*.engine"))) if target == "engine" else 1
-    data = {
-        "model": {"name": repo.manifest["model"], "checkpoint": str(repo.path)},
-        "variants": [{"name": repo.manifest["variant"]}],
-        "build": {"target": target, "tp_size": max(ranks, 1)},
-        "serving": {
-            "host": host or "127.0.0.1",
-            **{f"{k}_port": v for k, v in (ports or {}).items() if k != "openai"},
-        },
-    }
-    cfg = parse_config(data, source=f"--repo {repo.path}")
-    cfg.serving.openai.enabled = gateway
-    if ports and "openai" in ports:
-        cfg.serving.openai.port = ports["openai"]
-    return cfg
-
-
-def serve_packaged(
-    folder: Path,
-    variant: str | None,
-    model: str | None,
-    host: str | None,
-    gateway: bool,
-    ports: dict[str, int] | None = None,
-) -> None:
-    """`lpx serve --repo DIR`: serve the repository built for this GPU until SIGINT/SIGTERM."""
-    from ...progress import Reporter
-    from . import serve_forever_repo
-
-    repo = choose_repository(folder, variant, model)
-    cfg = packaged_config(repo, host, gateway, ports)
-    report = Reporter()
-    report.info(
-        f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"
-    )
-    serve_forever_repo(cfg, repo.manifest["variant"], repo, report)

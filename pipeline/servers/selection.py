@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from ...artifacts import Artifact
-from ...errors import LpxError
-from ...facts.gpu import GpuInfo, detect_gpu
-from ...toolchain import version
+from ..artifacts import Artifact
+from ..errors import LpxError
+from ..facts.gpu import GpuInfo, detect_gpu
+from ..toolchain import version
 
 
 def engine_trtllm_version(engine: Artifact) -> str | None:
