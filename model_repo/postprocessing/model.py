@@ -5,7 +5,10 @@ locale.setlocale(locale.LC_ALL, "C.UTF-8")
 
 """LPX postprocessing: token ids -> text, with the tensor names of upstream's `postprocessing` model.
 
-TOKENS_BATCH [beams, tokens] + SEQUENCE_LENGTH [beams] -> OUTPUT [beams] (UTF-8 bytes).
+TOKENS_BATCH [batch, beams, tokens] + SEQUENCE_LENGTH [batch, beams] -> OUTPUT [batch * beams] (UTF-8
+bytes): one flat dimension, as upstream's postprocessing sends it (so [1] for one prompt), whatever the
+config's [-1] dims with a batch dimension suggest. Upstream's clients read `text_output[0].decode()`
+(tests/contracts/tensorrtllm_backend_models.json, `response_shapes`).
 
 Stateless and delta-safe. In a stream every response carries only new tokens, and the engine
 cuts those deltas at character boundaries (it holds tokens until a multi-byte character is
@@ -71,7 +74,7 @@ class TritonPythonModel:
                     self.decode(beam[: int(n)].tolist()).encode("utf-8")
                     for beam, n in zip(tokens, lengths, strict=True)
                 ]
-                out = pb_utils.Tensor("OUTPUT", np.array([texts], dtype=np.object_))
+                out = pb_utils.Tensor("OUTPUT", np.array(texts, dtype=np.object_))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
             except Exception as exc:
                 responses.append(

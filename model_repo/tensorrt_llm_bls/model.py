@@ -10,6 +10,8 @@ Per request (each on its own thread, so requests progress together): preprocessi
 then tensorrt_llm with `exec(decoupled=True)`, then postprocessing on every token delta the engine
 streams. stream=true: one response per delta as it comes, then an empty FINAL response.
 stream=false: exactly one response, FINAL, with the whole text (HTTP `generate` needs exactly one).
+text_output is postprocessing's OUTPUT as it comes, [beams] (upstream's shape: clients read
+`text_output[0]`); every other output is the engine's, [1, ...].
 Every response with text also carries num_output_tokens: the tokens behind that text (the engine's own
 count when it sends one, else the length of its output_ids), summed over the deltas when stream=false.
 Every input of upstream's BLS at the contract version is accepted: the request is validated first
@@ -166,10 +168,11 @@ class TritonPythonModel:
         if stream:
             sender.send(flags=FINAL)
             return
+        # [beams], postprocessing's (and upstream's) shape: one string per beam, the deltas joined
         whole = np.array(
-            [[b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]]
+            [b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]
             if texts
-            else [[b""]],
+            else [b""],
             dtype=np.object_,
         )
         out = [pb_utils.Tensor("text_output", whole), count_tensor(total)]
