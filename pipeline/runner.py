@@ -2,7 +2,7 @@
 
 What a stage's key holds, what it checks and what it writes are the stage's own (pipeline/stages/);
 the runner hashes the stage's inputs into the key, looks the key up in the artifact store, explains a
-miss by naming what changed since the slot's newest artifact (pipeline/keys.py), and otherwise runs the
+miss by naming what changed since the slot's newest artifact (pipeline/cache_keys.py), and otherwise runs the
 stage in a staging folder that is renamed into place when complete (pipeline/artifacts.py).
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from . import toolchain
 from .artifacts import Artifact, Store
+from .cache_keys import explain, make_key
 from .config import Config, Variant
 from .errors import LpxError, StageFailed
-from .keys import explain, make_key
 from .progress import Reporter, quiet_libraries
 from .stages import STAGES, build, evaluate, quantize, repository
 from .stages.context import ANY_ARCH, Context

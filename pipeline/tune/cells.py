@@ -18,8 +18,8 @@ from ..bench.load import ENGINE, LoadSpec, Run, run_closed, run_open
 from ..bench.metrics import summarize
 from ..bench.options import BenchOptions
 from ..bench.target import declare, load_spec, vocab_of
+from ..cache_keys import code_fingerprint, make_key
 from ..config import Config
-from ..keys import code_fingerprint, make_key
 from .search import SearchSettings, search
 from .space import Cell, cell_config
 

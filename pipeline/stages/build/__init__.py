@@ -19,11 +19,11 @@ from pathlib import Path
 
 from ... import toolchain
 from ...artifacts import Artifact
+from ...cache_keys import code_fingerprint
 from ...config import Variant
 from ...errors import LpxError, UsageError
 from ...facts import trtllm
 from ...facts.formats import arch_refusal, sm_number
-from ...keys import code_fingerprint
 from ..context import ANY_ARCH, Context
 from ..quantize.model_io import STATE_FILE
 from . import engine_target, llmapi, torch_target

@@ -32,11 +32,11 @@ from importlib import resources
 from pathlib import Path
 
 from ...artifacts import Artifact, link_tree
+from ...cache_keys import code_fingerprint, file_fingerprint
 from ...config import Config, Variant
 from ...errors import LpxError
 from ...facts import trtllm
 from ...inspection.checkpoint import TOKENIZER_FILES
-from ...keys import code_fingerprint, file_fingerprint
 from ...runtime.engines.llmapi_engine import read_build
 from ...runtime.engines.torch_engine import read_meta
 from ..context import Context
