@@ -275,8 +275,11 @@ def resolve_config(path: Path | None, report=None) -> Config:
     return load_config(path)
 
 
-def dump_config(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+def dump_config(cfg: Config, exclude_defaults: bool = False) -> str:
+    """cfg as lpx.yaml text that load_config reads back to the same Config (`exclude_defaults`: only the
+    values that differ from LPX's defaults)."""
+    data = cfg.model_dump(mode="json", exclude_defaults=exclude_defaults)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def json_schema() -> dict:

@@ -23,9 +23,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from . import errors
+from .api_keys import KeyRing
 from .errors import ApiError, TooLarge
 from .generation import Generation, Piece, end_ids, plan
-from .keys import KeyRing
 from .metrics import AccessLog, Metrics
 from .middleware import Gate
 from .ratelimit import RateLimits
@@ -46,7 +46,7 @@ class Gateway:
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.keys = KeyRing(settings.keys_file)
+        self.keys = KeyRing(settings.api_keys_file)
         self.metrics = Metrics()
         self.access = AccessLog(settings.access_log, settings.log_prompts)
         self.limits = RateLimits(
