@@ -159,5 +159,5 @@ def unknown_algo(fmt: str, kv_cache: str, version: str) -> str | None:
 
 
 def newest_with(algo: str) -> str | None:
-    """The newest line LPX builds for whose checkpoints know `algo`, or None."""
-    return next((name for name in BUILD_LINES if algo in LINES[name].quant_algos), None)
+    """The newest line LPX builds trtllm-build engines for whose checkpoints know `algo`, or None."""
+    return next((name for name in ENGINE_LINES if algo in LINES[name].quant_algos), None)
