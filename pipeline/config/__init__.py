@@ -202,6 +202,12 @@ class Build(Strict):
             self.__dict__["trtllm_version"] = trtllm.default_line(self.target)  # not "set": line_for
         return self
 
+    @property
+    def ranks(self) -> int:
+        """GPUs (= Triton ranks) one engine needs: tp_size x pp_size for the engine target, else 1 (llmapi,
+        torch and vllm run one process per model here)."""
+        return self.tp_size * self.pp_size if self.target == "engine" else 1
+
 
 class Config(Strict):
     model: ModelSection

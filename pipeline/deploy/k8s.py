@@ -69,14 +69,9 @@ def sm_capability(arch: str) -> tuple[int, int]:
     return n // 10, n % 10
 
 
-def world_size(cfg: Config) -> int:
-    b = cfg.build
-    return b.tp_size * b.pp_size if b.target == "engine" else 1
-
-
 def is_lws(cfg: Config) -> bool:
     """tp x pp needs more GPUs than one node has: a LeaderWorkerSet instead of a Deployment."""
-    return world_size(cfg) > cfg.deploy.gpus_per_node
+    return cfg.build.ranks > cfg.deploy.gpus_per_node
 
 
 def workload_name(cfg: Config, variant: str, arch: str) -> str:
@@ -384,7 +379,7 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}},
-                "spec": pod_spec(cfg, variant, arch, world_size(cfg)),
+                "spec": pod_spec(cfg, variant, arch, cfg.build.ranks),
             },
         },
     )
@@ -396,7 +391,7 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
     mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
     per_node = cfg.deploy.gpus_per_node
-    world = world_size(cfg)
+    world = cfg.build.ranks
     if world % per_node:
         raise UsageError(
             f"tp_size x pp_size = {world} GPUs do not fill whole nodes of {per_node} - set "
