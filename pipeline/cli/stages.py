@@ -223,7 +223,7 @@ def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http
         k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
     }
     if api == "openai":
-        from ..bench.openai_load import api_key as find_key
+        from ..client import api_key as find_key
         from ..errors import NotFound
 
         if url is None:
