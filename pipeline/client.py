@@ -277,7 +277,6 @@ def openai_stream(
     OpenAI-compatible server at `url` (http://host:port); LpxError on any error, in the server's words."""
     import requests
 
-
     base = base_url(url)
     model = model or served_model(base, api_key)
     body: dict[str, Any] = {"model": model, "max_tokens": int(max_tokens), "stream": True}

@@ -68,6 +68,7 @@ def server(cfg: Config, variant: str, repo: Artifact | None, report: Reporter | 
         ready_timeout_s=s.ready_timeout_s,
         world_size=world_size(cfg, variant),
         notify=(lambda message: report.warn(escape(message))) if report is not None else None,
+        echo=s.log_stdout,
     )
 
 
@@ -285,10 +286,12 @@ def serve_packaged(
     host: str | None,
     gateway: bool,
     ports: dict[str, int] | None = None,
+    log_stdout: bool = False,
 ) -> None:
     """`lpx serve --repo DIR`: serve the repository built for this GPU until SIGINT/SIGTERM."""
     repo = choose_repository(folder, variant, model)
     cfg = packaged_config(repo, host, gateway, ports)
+    cfg.serving.log_stdout = log_stdout
     report = Reporter()
     report.info(
         f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"

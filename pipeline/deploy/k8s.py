@@ -166,7 +166,17 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     return container(
         "triton",
         d.slim_image if cfg.build.target == "torch" else d.image,
-        ["serve", "--repo", MODELS_MOUNT, "--variant", variant, "--host", "0.0.0.0", "--no-gateway"],
+        [
+            "serve",
+            "--repo",
+            MODELS_MOUNT,
+            "--variant",
+            variant,
+            "--host",
+            "0.0.0.0",
+            "--no-gateway",
+            "--log-stdout",
+        ],
         ["http", "grpc", "metrics"],
         # engine loading can take minutes on a cold node: the startup probe allows 20, then liveness rules
         (
