@@ -121,9 +121,7 @@ def test_targets_that_cannot_enforce_are_400_naming_the_fix() -> None:
     old = ModelInfo(inputs("v0.16.0"), set())
     with pytest.raises(ApiError, match="TensorRT-LLM 0.16"):
         engine_values(guide, old)
-    engine = ModelInfo(
-        inputs("latest"), set(), params={"tensorrt_llm": {"gpt_model_type": "inflight_fused_batching"}}
-    )
+    engine = ModelInfo(inputs("latest"), set(), params={"tensorrt_llm": {"executor_worker_path": "/opt/x"}})
     with pytest.raises(ApiError, match="guided_decoding_backend parameter to xgrammar") as err:
         engine_values(guide, engine)
     assert "`engine` target" in err.value.message
@@ -132,7 +130,9 @@ def test_targets_that_cannot_enforce_are_400_naming_the_fix() -> None:
         "xgrammar_tokenizer_info_path": "/x.json",
     }
     assert engine_values(guide, engine)["guided_decoding_guide"] == "a+"
-    torch = ModelInfo(inputs("latest"), set(), params={"tensorrt_llm": {"gpt_model_path": "1/engine"}})
+    torch = ModelInfo(
+        inputs("latest"), set(), params={"tensorrt_llm": {"gpt_model_type": "inflight_fused_batching"}}
+    )
     assert engine_values(guide, torch)["guided_decoding_guide_type"] == "regex"
 
 

@@ -188,7 +188,7 @@ def engine_values(guide: Guide, info: Any) -> dict[str, str]:
             guide.param,
         )
     engine = next((p for name, p in info.params.items() if name != "preprocessing"), {})
-    if "gpt_model_type" in engine:  # the C++ tensorrtllm backend: the `engine` target
+    if "executor_worker_path" in engine:  # only the C++ tensorrtllm backend has it: the `engine` target
         if engine.get("guided_decoding_backend") != "xgrammar" or not engine.get(
             "xgrammar_tokenizer_info_path"
         ):
