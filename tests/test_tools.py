@@ -194,6 +194,7 @@ def test_streamed_calls_validate(client, choice) -> None:
         max_tokens=300,
         stream=True,
         temperature=1.0,
+        parallel_tool_calls=False,
     )
     calls, reason = _streamed(stream)
     assert reason == "tool_calls" and calls
