@@ -85,73 +85,70 @@ def gpu_checks(probe: Probe, target: str) -> list[Check]:
             )
         ]
     checks = [
-        _check("driver", "PASS", f"driver {state.driver}, CUDA {state.cuda or '?'} (via {state.source})")
+        _check("driver", "PASS", f"driver {state.driver}, CUDA {state.cuda or '?'} (via {state.source})"),
+        _cuda_check(state, target),
     ]
+    for i, g in enumerate(state.gpus):
+        checks += _one_gpu_checks(state, i, g)
+    return checks
+
+
+def _cuda_check(state: GpuState, target: str) -> Check:
+    """The driver against the TensorRT-LLM line `target`: too old (FAIL, naming the lines it can run), an
+    older CUDA than the container's (WARN), or fine."""
+    rel = LINES[target]
     major = int(state.driver.split(".")[0]) if state.driver and state.driver[0].isdigit() else 0
     ok_lines = [t for t, r in LINES.items() if major >= r.min_driver]
     if major < rel.min_driver:
         alt = f"; this driver can run TensorRT-LLM {', '.join(ok_lines)}" if ok_lines else ""
-        checks.append(
-            _check(
-                "cuda",
-                "FAIL",
-                f"TensorRT-LLM {target} ({rel.container}, CUDA {rel.cuda}) needs "
-                f"driver >= {rel.min_driver}, found {state.driver} [{rel.evidence}]",
-                f"upgrade the driver to >= {rel.min_driver}{alt} (set build.trtllm_version)",
-            )
+        return _check(
+            "cuda",
+            "FAIL",
+            f"TensorRT-LLM {target} ({rel.container}, CUDA {rel.cuda}) needs "
+            f"driver >= {rel.min_driver}, found {state.driver} [{rel.evidence}]",
+            f"upgrade the driver to >= {rel.min_driver}{alt} (set build.trtllm_version)",
         )
-    elif state.cuda and _ver(state.cuda) < _ver(rel.cuda)[:2]:
-        checks.append(
-            _check(
-                "cuda",
-                "WARN",
-                f"driver {state.driver} reports CUDA {state.cuda}, the "
-                f"TensorRT-LLM {target} container uses CUDA {rel.cuda}",
-                "upgrade the driver if the container reports a CUDA driver mismatch",
-            )
+    if state.cuda and _ver(state.cuda) < _ver(rel.cuda)[:2]:
+        return _check(
+            "cuda",
+            "WARN",
+            f"driver {state.driver} reports CUDA {state.cuda}, the "
+            f"TensorRT-LLM {target} container uses CUDA {rel.cuda}",
+            "upgrade the driver if the container reports a CUDA driver mismatch",
+        )
+    return _check(
+        "cuda",
+        "PASS",
+        f"TensorRT-LLM {target} needs driver >= {rel.min_driver}, CUDA "
+        f"{rel.cuda}; driver supports CUDA {state.cuda or '?'} [{rel.evidence.split(':')[0]}]",
+    )
+
+
+def _one_gpu_checks(state: GpuState, i: int, g) -> list[Check]:
+    """GPU `i`'s compute capability (and the formats it runs), and its memory already in use."""
+    sm = g.sm
+    known = find_gpu(g.name)
+    detail = (
+        f"GPU {i}: {g.name}, sm{sm}, {g.total_mib} MiB; formats: {', '.join(formats_for_sm(sm)) or 'none'}"
+    )
+    if sm and sm < 80:
+        gpu = _check(
+            "gpu", "WARN", detail, "TensorRT-LLM 1.x needs sm80 (Ampere) or newer: use the torch target"
         )
     else:
-        checks.append(
-            _check(
-                "cuda",
-                "PASS",
-                f"TensorRT-LLM {target} needs driver >= {rel.min_driver}, CUDA "
-                f"{rel.cuda}; driver supports CUDA {state.cuda or '?'} [{rel.evidence.split(':')[0]}]",
-            )
+        gpu = _check("gpu", "PASS", detail + ("" if known else " (not in lpx's GPU table: plan with --gpu)"))
+    used = g.used_mib / g.total_mib if g.total_mib else 0
+    if used > 0.1:
+        memory = _check(
+            "gpu-memory",
+            "WARN",
+            f"GPU {i}: {g.used_mib} of {g.total_mib} MiB in use by "
+            f"{'; '.join(state.processes) or 'other processes'}",
+            "stop the processes holding GPU memory, or lower kv_cache_free_gpu_mem_fraction",
         )
-    for i, g in enumerate(state.gpus):
-        sm = g.sm
-        known = find_gpu(g.name)
-        detail = f"GPU {i}: {g.name}, sm{sm}, {g.total_mib} MiB; formats: {', '.join(formats_for_sm(sm)) or 'none'}"
-        if sm and sm < 80:
-            checks.append(
-                _check(
-                    "gpu",
-                    "WARN",
-                    detail,
-                    "TensorRT-LLM 1.x needs sm80 (Ampere) or newer: use the torch target",
-                )
-            )
-        else:
-            checks.append(
-                _check(
-                    "gpu", "PASS", detail + ("" if known else " (not in lpx's GPU table: plan with --gpu)")
-                )
-            )
-        used = g.used_mib / g.total_mib if g.total_mib else 0
-        if used > 0.1:
-            checks.append(
-                _check(
-                    "gpu-memory",
-                    "WARN",
-                    f"GPU {i}: {g.used_mib} of {g.total_mib} MiB in use by "
-                    f"{'; '.join(state.processes) or 'other processes'}",
-                    "stop the processes holding GPU memory, or lower kv_cache_free_gpu_mem_fraction",
-                )
-            )
-        else:
-            checks.append(_check("gpu-memory", "PASS", f"GPU {i}: {g.total_mib - g.used_mib} MiB free"))
-    return checks
+    else:
+        memory = _check("gpu-memory", "PASS", f"GPU {i}: {g.total_mib - g.used_mib} MiB free")
+    return [gpu, memory]
 
 
 def _ver(text: str) -> tuple[int, ...]:

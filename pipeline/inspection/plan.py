@@ -189,43 +189,10 @@ def plan(
     """Everything `lpx plan` shows, as the documented JSON structure."""
     max_seq_len = max_seq_len or seq_len
     per_token = kv_bytes_per_token(m, kv_dtype)
-    rows, warnings = [], []
-    for fmt in FORMATS:
-        row: dict = {
-            "format": fmt,
-            **weight_bytes(m, fmt),
-            "runs_on_gpu": None,
-            "kv_pool_bytes": None,
-            "fit_sequences": None,
-            "fit_sequences_at_max_seq_len": None,
-            "tokens_per_s_batch1": None,
-            "tokens_per_s_at_fit": None,
-            "suggested_max_batch_size": None,
-            "suggested_max_num_tokens": None,
-        }
-        if gpu is not None:
-            w = row["weight_bytes"]
-            row["runs_on_gpu"] = gpu.sm >= FORMATS[fmt][1]
-            pool = int(max(0, gpu.memory_bytes - w - RUNTIME_OVERHEAD) * kv_fraction)
-            if pool > 0:
-                fit = pool // (per_token * _blocks(seq_len))
-                batch = min(fit, MAX_BATCH)
-                row.update(
-                    kv_pool_bytes=pool,
-                    fit_sequences=fit,
-                    fit_sequences_at_max_seq_len=pool // (per_token * _blocks(max_seq_len)),
-                    tokens_per_s_batch1=decode_tokens_per_s(1, w, seq_len * per_token, gpu),
-                    tokens_per_s_at_fit=decode_tokens_per_s(batch, w, seq_len * per_token, gpu),
-                    suggested_max_batch_size=max(1, pow2_floor(batch)),
-                    suggested_max_num_tokens=min(
-                        16384, math.ceil((pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024
-                    ),
-                )
-            else:
-                warnings.append(
-                    f"{fmt}: weights ({w / GB:.1f} GB) leave no room for a KV cache on {gpu.name}"
-                )
-        rows.append(row)
+    warnings: list[str] = []
+    rows = [
+        _format_row(m, fmt, gpu, seq_len, max_seq_len, kv_fraction, per_token, warnings) for fmt in FORMATS
+    ]
     if max_seq_len >= 2 * seq_len:
         warnings.append(
             f"max_seq_len {max_seq_len} is {max_seq_len / seq_len:.0f}x the expected {seq_len} tokens: "
@@ -244,6 +211,55 @@ def plan(
         "formats": rows,
         "warnings": warnings,
     }
+
+
+def _format_row(
+    m: ModelShape,
+    fmt: str,
+    gpu: Gpu | None,
+    seq_len: int,
+    max_seq_len: int,
+    kv_fraction: float,
+    per_token: int,
+    warnings: list[str],
+) -> dict:
+    """One format's row of the plan: its weights and, with a GPU, whether it runs there, the KV pool left,
+    the sequences that fit, the roofline decode speed and the suggested engine limits. A format whose weights
+    leave no KV pool adds a warning to `warnings`."""
+    row: dict = {
+        "format": fmt,
+        **weight_bytes(m, fmt),
+        "runs_on_gpu": None,
+        "kv_pool_bytes": None,
+        "fit_sequences": None,
+        "fit_sequences_at_max_seq_len": None,
+        "tokens_per_s_batch1": None,
+        "tokens_per_s_at_fit": None,
+        "suggested_max_batch_size": None,
+        "suggested_max_num_tokens": None,
+    }
+    if gpu is None:
+        return row
+    w = row["weight_bytes"]
+    row["runs_on_gpu"] = gpu.sm >= FORMATS[fmt][1]
+    pool = int(max(0, gpu.memory_bytes - w - RUNTIME_OVERHEAD) * kv_fraction)
+    if pool <= 0:
+        warnings.append(f"{fmt}: weights ({w / GB:.1f} GB) leave no room for a KV cache on {gpu.name}")
+        return row
+    fit = pool // (per_token * _blocks(seq_len))
+    batch = min(fit, MAX_BATCH)
+    row.update(
+        kv_pool_bytes=pool,
+        fit_sequences=fit,
+        fit_sequences_at_max_seq_len=pool // (per_token * _blocks(max_seq_len)),
+        tokens_per_s_batch1=decode_tokens_per_s(1, w, seq_len * per_token, gpu),
+        tokens_per_s_at_fit=decode_tokens_per_s(batch, w, seq_len * per_token, gpu),
+        suggested_max_batch_size=max(1, pow2_floor(batch)),
+        suggested_max_num_tokens=min(
+            16384, math.ceil((pow2_floor(batch) + min(seq_len, 8192)) / 1024) * 1024
+        ),
+    )
+    return row
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:

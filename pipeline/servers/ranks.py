@@ -110,7 +110,6 @@ def mpi_command(
         raise UsageError(
             f"world_size must be at least 1, not {world_size} - check build.tp_size and build.pp_size"
         )
-    common = [f"--backend-directory={backends}"] if backends is not None else []
     if world_size == 1:
         return [str(binary), *rank0_args(repo, host, ports, shm_prefix, exit_timeout_s, backends)]
     cmd = [str(mpirun or find_mpirun())]
@@ -125,24 +124,38 @@ def mpi_command(
         if rank == 0:
             cmd += rank0_args(repo, host, ports, prefix, exit_timeout_s, backends)
         else:
-            cmd += [
-                f"--model-repository={repo}",
-                "--model-control-mode=explicit",
-                "--load-model=tensorrt_llm",
-                "--allow-http=false",
-                "--allow-grpc=false",
-                "--allow-metrics=false",
-                # never used while disabled; set so that no rank could ever listen on 0.0.0.0
-                f"--http-address={host}",
-                f"--grpc-address={host}",
-                f"--metrics-address={host}",
-                f"--exit-timeout-secs={exit_timeout_s}",
-                "--log-verbose=0",
-                f"--log-file={Path(log_dir) / f'triton-rank{rank}.log'}",
-                f"--backend-config=python,shm-region-prefix-name={prefix}",
-                *common,
-            ]
+            cmd += worker_args(repo, host, rank, prefix, log_dir, exit_timeout_s, backends)
         cmd += ["--disable-auto-complete-config"]
         if rank < world_size - 1:
             cmd.append(":")
     return cmd
+
+
+def worker_args(
+    repo: Path,
+    host: str,
+    rank: int,
+    shm_prefix: str,
+    log_dir: Path,
+    exit_timeout_s: int = 10,
+    backends: Path | None = None,
+) -> list[str]:
+    """A rank other than 0: loads only tensorrt_llm (an MPI worker of rank 0's executor), serves no HTTP,
+    gRPC or metrics, and logs to `log_dir/triton-rank{rank}.log`."""
+    return [
+        f"--model-repository={repo}",
+        "--model-control-mode=explicit",
+        "--load-model=tensorrt_llm",
+        "--allow-http=false",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        # never used while disabled; set so that no rank could ever listen on 0.0.0.0
+        f"--http-address={host}",
+        f"--grpc-address={host}",
+        f"--metrics-address={host}",
+        f"--exit-timeout-secs={exit_timeout_s}",
+        "--log-verbose=0",
+        f"--log-file={Path(log_dir) / f'triton-rank{rank}.log'}",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        *([f"--backend-directory={backends}"] if backends is not None else []),
+    ]

@@ -74,43 +74,59 @@ def run_build(
             proc = child.spawn(cmd, None)
         except OSError as exc:
             raise UsageError(f"cannot start {cmd[0]}: {exc} - check {BINARY_ENV} or PATH") from None
-
-        def pump() -> None:  # keeps draining the pipe even if progress() fails, so the child never blocks
-            assert proc.stdout is not None
-            report = progress
-            for line in proc.stdout:
-                logfile.write(line)
-                logfile.flush()
-                if report is not None:
-                    try:
-                        report(line.rstrip("\n"))
-                    except Exception as exc:  # broad on purpose: a display must not stop the log or the build
-                        log.warning(
-                            "build progress display failed (%s: %s): trtllm-build's output goes on to %s only",
-                            type(exc).__name__,
-                            exc,
-                            log_path,
-                        )
-                        report = None
-
-        reader = threading.Thread(target=pump, name="trtllm-build-log", daemon=True)
+        reader = threading.Thread(
+            target=_pump, args=(proc, logfile, log_path, progress), name="trtllm-build-log", daemon=True
+        )
         reader.start()
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            child.stop(proc, grace_s=5.0, whole_group=True)
-            reader.join(timeout=5)
-            raise StageFailed(
-                f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
-                f"raise the build timeout or lower the build limits; log: {log_path}",
-                detail=_tail(log_path),
-            ) from None
-        except BaseException:  # KeyboardInterrupt and friends: never leave a build running
-            child.stop(proc, grace_s=5.0, whole_group=True)
-            reader.join(timeout=5)
-            raise
-        reader.join(timeout=30)
+        rc = _wait(proc, reader, timeout_s, log_path)
     elapsed = time.monotonic() - start
+    _check_exit(rc, log_path)
+    return elapsed
+
+
+def _pump(proc: subprocess.Popen, logfile, log_path: Path, progress: Callable[[str], None] | None) -> None:
+    """Copy the child's output to logfile and progress(line). Keeps draining the pipe even if progress()
+    fails, so the child never blocks."""
+    assert proc.stdout is not None
+    report = progress
+    for line in proc.stdout:
+        logfile.write(line)
+        logfile.flush()
+        if report is not None:
+            try:
+                report(line.rstrip("\n"))
+            except Exception as exc:  # broad on purpose: a display must not stop the log or the build
+                log.warning(
+                    "build progress display failed (%s: %s): trtllm-build's output goes on to %s only",
+                    type(exc).__name__,
+                    exc,
+                    log_path,
+                )
+                report = None
+
+
+def _wait(proc: subprocess.Popen, reader: threading.Thread, timeout_s: float, log_path: Path) -> int:
+    """The child's exit code; on a timeout or an interrupt its process group is killed first."""
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.stop(proc, grace_s=5.0, whole_group=True)
+        reader.join(timeout=5)
+        raise StageFailed(
+            f"trtllm-build did not finish within the {timeout_s:g} s timeout and was killed - "
+            f"raise the build timeout or lower the build limits; log: {log_path}",
+            detail=_tail(log_path),
+        ) from None
+    except BaseException:  # KeyboardInterrupt and friends: never leave a build running
+        child.stop(proc, grace_s=5.0, whole_group=True)
+        reader.join(timeout=5)
+        raise
+    reader.join(timeout=30)
+    return rc
+
+
+def _check_exit(rc: int, log_path: Path) -> None:
+    """A non-zero exit code as StageFailed with the log's tail: a signal (most often the OOM killer) or a failure."""
     if rc < 0:  # killed from outside, most often by the kernel's OOM killer
         raise StageFailed(
             f"trtllm-build was killed by {signal.Signals(-rc).name} (exit code {rc}) - if the machine "
@@ -123,7 +139,6 @@ def run_build(
             f"trtllm-build failed (exit code {rc}) - see the log tail below or {log_path}",
             detail=_tail(log_path),
         )
-    return elapsed
 
 
 def _cuda_version() -> str | None:

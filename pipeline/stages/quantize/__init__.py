@@ -26,7 +26,9 @@ import io
 import shutil
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ... import toolchain
 from ...cache_keys import code_fingerprint
@@ -115,47 +117,50 @@ def inputs(ctx: Context, variant: Variant) -> dict:
     }
 
 
+@dataclass
+class _Run:
+    """One run's state, shared by its phases. The model is held here only, so that a phase can free it
+    (the TensorRT-LLM export's copy before a clean one is restored); the rest is what the manifest records."""
+
+    ctx: Context
+    variant: Variant
+    out: Path
+    info: Any
+    exports: tuple[str, ...]
+    scratch_state: bool = False
+    model: Any = None
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)
+    host: dict[str, float] = field(default_factory=dict)
+    export_check: dict = field(default_factory=lambda: {"fixed": [], "checked": []})
+
+    @property
+    def where(self) -> str:
+        return f"variant '{self.variant.name}'"
+
+    @property
+    def tok_src(self) -> str:
+        return self.ctx.cfg.model.tokenizer or self.ctx.cfg.model.checkpoint
+
+    def measure(self, phase: str) -> None:
+        gpu_memory(phase, self.memory)
+        host_memory(phase, self.host)
+
+
 def run(ctx: Context, variant: Variant, out: Path) -> dict:
     """Quantize and write the exports `needed_exports` names into `out`; returns the manifest's results."""
     cfg = ctx.cfg
     info, _ = ctx.checkpoint()
     calset = ctx.texts("calibration")
-    exports = needed_exports(cfg, variant)
+    r = _Run(ctx, variant, out, info, needed_exports(cfg, variant))
     import torch
 
-    q = variant.quantization
-    quant_cfg = recipe(q)
-    timings: dict[str, float] = {}
-    notes: list[str] = []
+    quant_cfg = recipe(variant.quantization)
     log = io.StringIO()
-    if "hf" in exports and q.kv_cache in HF_EXPORT_UNSUPPORTED_KV:
-        # ModelOpt 0.47's unified HF export accepts FP8/NVFP4 KV caches only; TensorRT-LLM's checkpoint has INT8.
-        notes.append(HF_EXPORT_UNSUPPORTED_KV[q.kv_cache])
-        exports = tuple(e for e in exports if e != "hf")
-    # a clean copy is restored from the state file when both exports run (each rewrites the weights in place)
-    scratch_state = "state" not in exports and {"trtllm", "hf"} <= set(exports)
-    # before anything is loaded: the tokenizer's files, and the tensors against the model config.json describes
-    notes.append(ctx.cached("integrity", lambda: check_before_loading(cfg, info)))
-    disk = check_disk(info, q.format, exports, out, cfg.model.name, variant.name, scratch_state)
+    disk = _checks_and_disk(r)
     tokenizer = load_tokenizer(cfg)
-    tok_src = cfg.model.tokenizer or cfg.model.checkpoint
-    memory: dict[str, dict[str, float]] = {}
-    host: dict[str, float] = {}
-
-    def measure(phase: str) -> None:
-        gpu_memory(phase, memory)
-        host_memory(phase, host)
-
-    t0 = time.perf_counter()
-    model = load_model(cfg, info)
-    timings["load_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    check_finite(model, info.path)  # NaN / inf weights refused, naming the tensor (integrity.py: cost)
-    timings["finite_scan_s"] = time.perf_counter() - t0
-    measure("load")
-    export_check: dict = {"fixed": [], "checked": []}
-    where = f"variant '{variant.name}'"
-
+    _load(r)
     with (
         contextlib.redirect_stdout(log),
         warnings.catch_warnings(record=True) as caught,
@@ -164,62 +169,114 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
     ):
         warnings.simplefilter("always")
         if quant_cfg is not None:
-            import modelopt.torch.quantization as mtq
-
-            samples = list(
-                batches(tokenizer, calset.texts, cfg.calibration.seq_len, cfg.calibration.batch_size)
-            )
-
-            def forward_loop(m):
-                with ctx.report.task(f"calibrating {variant.name}", total=len(samples)) as advance:
-                    for ids, mask in samples:
-                        with torch.no_grad():
-                            m(input_ids=ids.to(device()), attention_mask=mask.to(device()))
-                        advance()
-
-            t0 = time.perf_counter()
-            try:
-                model = mtq.quantize(model, quant_cfg, forward_loop)
-            except AssertionError as exc:
-                nan = calibration_error(exc, variant.name, cfg.build.dtype)
-                if nan is None:
-                    raise
-                raise nan from None
-            timings["calibrate_s"] = time.perf_counter() - t0
-            measure("calibrate")
-        copy_tokenizer(tok_src, out / TOKENIZER_DIR)
-        state = out / ("state" if "state" in exports else SCRATCH_STATE)
-        if "state" in exports or scratch_state:
-            timings.update(save_state(model, state, tok_src))
-            measure("save_state")
-        if "trtllm" in exports:
-            timings.update(export_trtllm(cfg, info, model, out))
-            measure("export_trtllm")
-            export_check["fixed"] += check_trtllm(info.config, out / "trtllm", where)
-            export_check["checked"].append("trtllm")
-        if "hf" in exports:
-            if "trtllm" in exports:
-                # the TRT-LLM export changed the weights: free this copy before restoring a clean one
-                del model
-                release_memory()
-                t0 = time.perf_counter()
-                model, how = restore(state, cfg.build.dtype)
-                timings["restore_s"] = time.perf_counter() - t0
-                if scratch_state:  # restored: free its disk before the HF export writes (8B: 15 GiB)
-                    shutil.rmtree(state, ignore_errors=True)
-                notes.append(f"restore: {how}")
-                measure("restore")
-            timings.update(export_hf(cfg, variant, info, model, out, tok_src))
-            measure("export_hf")
-            export_check["fixed"] += check_hf(info.config, out / "hf", where)
-            export_check["checked"].append("hf")
-        del model
-        if scratch_state:
-            shutil.rmtree(state, ignore_errors=True)
+            _calibrate(r, quant_cfg, tokenizer, calset)
+        _write_exports(r)
     release_memory()
     for w in caught:
         log.write(f"warning: {w.category.__name__}: {w.message}\n")
     (out / "quantize.log").write_text(log.getvalue(), encoding="utf-8")
+    return _results(r, quant_cfg, calset, disk)
+
+
+def _checks_and_disk(r: _Run) -> dict:
+    """Drop the exports the KV cache rules out, decide on a scratch state, check the checkpoint's files
+    before anything is loaded and the free disk; returns the disk check's figures."""
+    cfg, q = r.ctx.cfg, r.variant.quantization
+    if "hf" in r.exports and q.kv_cache in HF_EXPORT_UNSUPPORTED_KV:
+        # ModelOpt 0.47's unified HF export accepts FP8/NVFP4 KV caches only; TensorRT-LLM's checkpoint has INT8.
+        r.notes.append(HF_EXPORT_UNSUPPORTED_KV[q.kv_cache])
+        r.exports = tuple(e for e in r.exports if e != "hf")
+    # a clean copy is restored from the state file when both exports run (each rewrites the weights in place)
+    r.scratch_state = "state" not in r.exports and {"trtllm", "hf"} <= set(r.exports)
+    # before anything is loaded: the tokenizer's files, and the tensors against the model config.json describes
+    r.notes.append(r.ctx.cached("integrity", lambda: check_before_loading(cfg, r.info)))
+    return check_disk(r.info, q.format, r.exports, r.out, cfg.model.name, r.variant.name, r.scratch_state)
+
+
+def _load(r: _Run) -> None:
+    """Load the checkpoint and refuse NaN / inf weights."""
+    t0 = time.perf_counter()
+    r.model = load_model(r.ctx.cfg, r.info)
+    r.timings["load_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    check_finite(r.model, r.info.path)  # NaN / inf weights refused, naming the tensor (integrity.py: cost)
+    r.timings["finite_scan_s"] = time.perf_counter() - t0
+    r.measure("load")
+
+
+def _calibrate(r: _Run, quant_cfg: dict, tokenizer, calset) -> None:
+    """ModelOpt's quantize with the calibration samples, reporting progress; a NaN amax becomes a message."""
+    import modelopt.torch.quantization as mtq
+    import torch
+
+    cfg, name = r.ctx.cfg, r.variant.name
+    samples = list(batches(tokenizer, calset.texts, cfg.calibration.seq_len, cfg.calibration.batch_size))
+
+    def forward_loop(m):
+        with r.ctx.report.task(f"calibrating {name}", total=len(samples)) as advance:
+            for ids, mask in samples:
+                with torch.no_grad():
+                    m(input_ids=ids.to(device()), attention_mask=mask.to(device()))
+                advance()
+
+    t0 = time.perf_counter()
+    try:
+        r.model = mtq.quantize(r.model, quant_cfg, forward_loop)
+    except AssertionError as exc:
+        nan = calibration_error(exc, name, cfg.build.dtype)
+        if nan is None:
+            raise
+        raise nan from None
+    r.timings["calibrate_s"] = time.perf_counter() - t0
+    r.measure("calibrate")
+
+
+def _write_exports(r: _Run) -> None:
+    """The tokenizer, then each export in turn (state, trtllm, hf), each checked against the source config;
+    the model is freed at the end and a scratch state removed."""
+    cfg = r.ctx.cfg
+    copy_tokenizer(r.tok_src, r.out / TOKENIZER_DIR)
+    state = r.out / ("state" if "state" in r.exports else SCRATCH_STATE)
+    if "state" in r.exports or r.scratch_state:
+        r.timings.update(save_state(r.model, state, r.tok_src))
+        r.measure("save_state")
+    if "trtllm" in r.exports:
+        r.timings.update(export_trtllm(cfg, r.info, r.model, r.out))
+        r.measure("export_trtllm")
+        _check_export(r, "trtllm", check_trtllm)
+    if "hf" in r.exports:
+        if "trtllm" in r.exports:
+            _restore_clean_copy(r, state)
+        r.timings.update(export_hf(cfg, r.variant, r.info, r.model, r.out, r.tok_src))
+        r.measure("export_hf")
+        _check_export(r, "hf", check_hf)
+    r.model = None
+    if r.scratch_state:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _restore_clean_copy(r: _Run, state: Path) -> None:
+    """The TRT-LLM export changed the weights: free this copy before restoring a clean one from `state`."""
+    r.model = None
+    release_memory()
+    t0 = time.perf_counter()
+    r.model, how = restore(state, r.ctx.cfg.build.dtype)
+    r.timings["restore_s"] = time.perf_counter() - t0
+    if r.scratch_state:  # restored: free its disk before the HF export writes (8B: 15 GiB)
+        shutil.rmtree(state, ignore_errors=True)
+    r.notes.append(f"restore: {how}")
+    r.measure("restore")
+
+
+def _check_export(r: _Run, name: str, check) -> None:
+    """Check (and complete) the export `name` against the source config; the manifest records what was fixed."""
+    r.export_check["fixed"] += check(r.info.config, r.out / name, r.where)
+    r.export_check["checked"].append(name)
+
+
+def _results(r: _Run, quant_cfg: dict | None, calset, disk: dict) -> dict:
+    """The manifest's results: the recipe, the calibration set, the exports written and what the run recorded."""
+    cfg, q, out = r.ctx.cfg, r.variant.quantization, r.out
     return {
         "format": q.format,
         "kv_cache": q.kv_cache,
@@ -234,8 +291,8 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
             "batch_size": cfg.calibration.batch_size,
         },
         "exports": sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != TOKENIZER_DIR),
-        "export_check": export_check,
-        "notes": notes,
+        "export_check": r.export_check,
+        "notes": r.notes,
         "disk": {
             **disk,
             "written_bytes": {
@@ -244,7 +301,7 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
                 if p.is_dir()
             },
         },
-        "host_peak_rss_gib": host,
-        "timings": {k: round(v, 3) for k, v in timings.items()},
-        **({"gpu_memory_gib": memory} if memory else {}),
+        "host_peak_rss_gib": r.host,
+        "timings": {k: round(v, 3) for k, v in r.timings.items()},
+        **({"gpu_memory_gib": r.memory} if r.memory else {}),
     }

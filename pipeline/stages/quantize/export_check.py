@@ -91,38 +91,45 @@ def trtllm_rotary_scaling(src: dict, where: str, found=None) -> dict | None:
                 _refuse(where, "rotary_scaling", _short(s), found, f"llama3 scaling without {k}")
             out[k] = s[k]
     if t == "yarn":
-        if s.get("truncate") is False:
-            _refuse(
-                where,
-                "rotary_scaling",
-                _short(s),
-                found,
-                "yarn with truncate: false has no TensorRT-LLM equivalent (it always truncates the ramp)",
-            )
-        mscale, all_dim = s.get("mscale"), s.get("mscale_all_dim")
-        if mscale and not all_dim and mscale != 1.0:
-            _refuse(
-                where,
-                "rotary_scaling",
-                _short(s),
-                found,
-                "yarn mscale without mscale_all_dim: transformers ignores it, TensorRT-LLM applies it",
-            )
-        if s.get("attention_factor") is not None and float(s["attention_factor"]) != yarn_attention_factor(s):
-            _refuse(
-                where,
-                "rotary_scaling",
-                _short(s),
-                found,
-                "yarn attention_factor differs from the one TensorRT-LLM derives from factor/mscale",
-            )
-        out.update(
-            beta_fast=float(s["beta_fast"]),
-            beta_slow=float(s["beta_slow"]),
-            original_max_position_embeddings=int(s["original_max_position_embeddings"]),
+        out.update(_trtllm_yarn(s, where, found))
+    return out
+
+
+def _trtllm_yarn(s: dict, where: str, found=None) -> dict:
+    """The yarn keys of `rotary_scaling` (beyond type and factor); refuses yarn settings TensorRT-LLM would
+    read differently from transformers."""
+    if s.get("truncate") is False:
+        _refuse(
+            where,
+            "rotary_scaling",
+            _short(s),
+            found,
+            "yarn with truncate: false has no TensorRT-LLM equivalent (it always truncates the ramp)",
         )
-        if mscale and all_dim:
-            out.update(mscale=float(mscale), mscale_all_dim=float(all_dim))
+    mscale, all_dim = s.get("mscale"), s.get("mscale_all_dim")
+    if mscale and not all_dim and mscale != 1.0:
+        _refuse(
+            where,
+            "rotary_scaling",
+            _short(s),
+            found,
+            "yarn mscale without mscale_all_dim: transformers ignores it, TensorRT-LLM applies it",
+        )
+    if s.get("attention_factor") is not None and float(s["attention_factor"]) != yarn_attention_factor(s):
+        _refuse(
+            where,
+            "rotary_scaling",
+            _short(s),
+            found,
+            "yarn attention_factor differs from the one TensorRT-LLM derives from factor/mscale",
+        )
+    out = {
+        "beta_fast": float(s["beta_fast"]),
+        "beta_slow": float(s["beta_slow"]),
+        "original_max_position_embeddings": int(s["original_max_position_embeddings"]),
+    }
+    if mscale and all_dim:
+        out.update(mscale=float(mscale), mscale_all_dim=float(all_dim))
     return out
 
 
