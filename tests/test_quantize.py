@@ -154,9 +154,9 @@ def test_capability_checks_refuse_before_work(tiny_checkpoint, isolated_home):
             ),
             None,
         ),
-        (
+        (  # a TensorRT-LLM line binds the engine target (the torch target is LPX's own, bound by none)
             dict(
-                build={"archs": ["sm100"], "trtllm_version": "0.16"},
+                build={"target": "engine", "archs": ["sm100"], "trtllm_version": "0.16"},
                 variants=[{"name": "v", "quantization": {"format": "nvfp4"}}],
             ),
             "not known to TensorRT-LLM 0.16",
