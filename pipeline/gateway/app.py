@@ -115,6 +115,39 @@ def create_app(settings: GatewaySettings) -> Any:
     )
     app.state.gw = gw
     errors.install(app)
+    _add_routes(app, gw, settings)
+
+    # A POST to one of the two generation routes skips FastAPI's stack (its router and its middleware
+    # layers, each a coroutine and often a wrapped send per request) and goes straight to a plain
+    # ASGI endpoint that validates the body with pydantic from the JSON bytes and answers its own errors
+    # in the same shape; any other method on those paths still gets FastAPI's 405.
+    fast = {
+        "/v1/completions": GenerationRoute(gw, CompletionRequest, chat=False),
+        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, chat=True),
+    }
+    for path, endpoint in fast.items():  # registered too, so that FastAPI answers another method's 405
+        app.router.add_route(path, endpoint, ["POST"])
+
+    async def dispatch(scope: dict, receive: Any, send: Any) -> None:
+        route = fast.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            await app(scope, receive, send)
+        else:
+            await route(scope, receive, send)
+
+    return Gate(
+        dispatch,
+        gw.keys,
+        gw.metrics,
+        gw.access,
+        settings.open_routes,
+        settings.max_body_bytes,
+        settings.drain_timeout_s,
+    )
+
+
+def _add_routes(app: FastAPI, gw: Gateway, settings: GatewaySettings) -> None:
+    """The routes FastAPI serves: health, metrics and the model list."""
 
     @app.get("/health/live")
     async def live() -> dict:
@@ -145,34 +178,6 @@ def create_app(settings: GatewaySettings) -> Any:
         if model_id != settings.model_name:
             raise model_mismatch(model_id, settings.model_name)
         return model_card()
-
-    # A POST to one of the two generation routes skips FastAPI's stack (its router and its middleware
-    # layers, each a coroutine and often a wrapped send per request) and goes straight to a plain
-    # ASGI endpoint that validates the body with pydantic from the JSON bytes and answers its own errors
-    # in the same shape; any other method on those paths still gets FastAPI's 405.
-    fast = {
-        "/v1/completions": GenerationRoute(gw, CompletionRequest, chat=False),
-        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, chat=True),
-    }
-    for path, endpoint in fast.items():  # registered too, so that FastAPI answers another method's 405
-        app.router.add_route(path, endpoint, ["POST"])
-
-    async def dispatch(scope: dict, receive: Any, send: Any) -> None:
-        route = fast.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if route is None:
-            await app(scope, receive, send)
-        else:
-            await route(scope, receive, send)
-
-    return Gate(
-        dispatch,
-        gw.keys,
-        gw.metrics,
-        gw.access,
-        settings.open_routes,
-        settings.max_body_bytes,
-        settings.drain_timeout_s,
-    )
 
 
 class GenerationRoute:

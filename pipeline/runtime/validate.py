@@ -249,6 +249,14 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
 
     sent, v = get("max_tokens")
     max_tokens = check_max_tokens(sent, v, limits, n_prompt) if v is not None else None
+    _check_sampling(get, limits)
+    _check_counts(get, limits, max_tokens)
+    _check_bias(given)
+    _check_supported(by_canon, limits)
+
+
+def _check_sampling(get: Any, limits: Limits) -> None:
+    """top_p, temperature, top_k and the penalties."""
     sent, v = get("top_p")
     if v is not None:
         _range(
@@ -278,6 +286,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             x = _finite(sent, v)
             if canon == "beam_search_diversity_rate" and x < 0:
                 raise RequestError(f"{sent} {_show(x)} is out of range: allowed >= 0 - send 0")
+
+
+def _check_counts(get: Any, limits: Limits, max_tokens: int | None) -> None:
+    """min_tokens, beams, returned sequences, the seed and the end / pad ids."""
     sent, v = get("min_tokens")
     if v is not None:
         m = _finite(sent, v)
@@ -308,6 +320,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
         sent, v = get(canon)
         if v is not None:
             _token_id(sent, v, limits)
+
+
+def _check_bias(given: dict[str, Any]) -> None:
+    """embedding_bias_words and _weights: both or neither, one weight per word, finite."""
     words, weights = given.get("embedding_bias_words"), given.get("embedding_bias_weights")
     if words is not None or weights is not None:
         n_words = (
@@ -323,7 +339,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             )
         for w in [] if weights is None else _flat(weights):
             _finite("embedding_bias_weights", w)
-    # then what the target honours: a valid but unsupported non-default value is refused
+
+
+def _check_supported(by_canon: dict[str, tuple[str, Any]], limits: Limits) -> None:
+    """What the target honours: a valid but unsupported non-default value is refused."""
     for canon, (sent, value) in by_canon.items():
         if canon in FEATURE_DEFAULTS and canon not in limits.supported and not _is_default(canon, value):
             shown = _scalar(value)

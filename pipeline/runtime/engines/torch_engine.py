@@ -123,8 +123,6 @@ class TorchEngine(Engine):
         tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
         `paged|sdpa`, faster but 1-2 ulps batch-dependent."""
         import torch
-        from transformers import GenerationConfig
-        from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
         self.engine_dir = Path(engine_dir)
         self.meta = read_meta(self.engine_dir)
@@ -138,6 +136,23 @@ class TorchEngine(Engine):
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.config.eos_token_id
         self.default_end_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        num_blocks, block = self._init_batching(seed)
+        _exact_top1(self._manager)
+        self._logprobs = install(self._manager)
+        self._stats = TorchStats(self._manager, self.model, self.meta["max_batch_size"], num_blocks, block)
+        self._streams: dict[str, DeltaStream] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._closed = threading.Event()
+        self._manager.start()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="lpx-torch-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    def _init_batching(self, seed: int) -> tuple[int, int]:
+        """transformers' continuous batching on the model, sized by lpx_engine.json; (KV blocks, block size)."""
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
         # Temperature, top-k and top-p must differ from their neutral values here so that the
         # per-request processors exist; each request then sets all three (see `sampling`).
         gen_cfg = GenerationConfig(
@@ -169,16 +184,7 @@ class TorchEngine(Engine):
         self._manager = self.model.init_continuous_batching(
             generation_config=gen_cfg, continuous_batching_config=cb_cfg
         )
-        _exact_top1(self._manager)
-        self._logprobs = install(self._manager)
-        self._stats = TorchStats(self._manager, self.model, self.meta["max_batch_size"], num_blocks, block)
-        self._streams: dict[str, DeltaStream] = {}
-        self._lock = threading.Lock()
-        self._ids = itertools.count()
-        self._closed = threading.Event()
-        self._manager.start()
-        self._dispatcher = threading.Thread(target=self._dispatch, name="lpx-torch-dispatch", daemon=True)
-        self._dispatcher.start()
+        return num_blocks, block
 
     def sampling(self, temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
         """Per-request processor kwargs with TensorRT-LLM's meaning: greedy when temperature is 0,
