@@ -37,6 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+HOLD = Path("/run/lpx-pod-runner/checkout")  # where the checkout is held while a pod's mounts cover it
 CLONE_NEWNET = 0x40000000
 
 
@@ -219,12 +220,21 @@ class Pod:
         sc = {**self.spec.get("securityContext", {}), **c.get("securityContext", {})}
         script = ["set -e"]
         mounts = sorted(c.get("volumeMounts", []), key=lambda m: m["mountPath"] == "/tmp")  # /tmp last
+        # the checkout and its venv stand in for the image's installed LPX: when a mount covers them (CI's
+        # clone under /tmp, and the pod's /tmp volume), they are held aside first and bound back on top
+        covered = [m["mountPath"] for m in mounts if ROOT.is_relative_to(m["mountPath"])]
+        if covered:
+            HOLD.mkdir(parents=True, exist_ok=True)
+            script.append(f"mount --bind {shlex.quote(str(ROOT))} {shlex.quote(str(HOLD))}")
         for m in mounts:
             src, dst = self.sources[m["name"]], m["mountPath"]
             Path(dst).mkdir(parents=True, exist_ok=True)
             script.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)}")
             if m.get("readOnly"):
                 script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
+        if covered:
+            script.append(f"mkdir -p {shlex.quote(str(ROOT))}")
+            script.append(f"mount --bind {shlex.quote(str(HOLD))} {shlex.quote(str(ROOT))}")
         user = ["setpriv", "--reuid", str(sc["runAsUser"]), "--regid", str(sc.get("runAsGroup", 0))]
         user += ["--groups", str(self.fs_group)] if self.fs_group is not None else ["--clear-groups"]
         # this machine's interpreter lives under /root (mode 700); in the image it is world-readable. Read

@@ -101,13 +101,14 @@ def test_repetition_penalty_matches_transformers(engine, model, prompt_ids) -> N
     the comparison cannot pass with the penalty ignored by both: 1.3 alone left the greedy text unchanged on
     an AVX-512 CPU, where this random model's logits differ slightly from AVX2's (CPU-dependent)."""
     eos = engine.default_end_ids[0]
-    plain, _ = run(engine, prompt_ids, 24, eos)
     for penalty in (1.3, 0.7, STRONG_PENALTY):
         got, _ = run(engine, prompt_ids, 24, eos, repetition_penalty=penalty)
         want, _ = reference(model, prompt_ids, 24, eos, repetition_penalty=penalty)
         assert got == want, penalty
+    # 48 tokens: long enough that the greedy text repeats a token (the engine alone, no near-tie compared)
+    plain, _ = run(engine, prompt_ids, 48, eos)
     assert_penalty_bites(
-        prompt_ids, plain, run(engine, prompt_ids, 24, eos, repetition_penalty=STRONG_PENALTY)[0]
+        prompt_ids, plain, run(engine, prompt_ids, 48, eos, repetition_penalty=STRONG_PENALTY)[0]
     )
 
 

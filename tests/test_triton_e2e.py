@@ -445,19 +445,20 @@ def test_penalties_min_tokens_and_log_probs_reach_the_torch_engine(
 
     from pipeline.runtime.engines.torch_engine import TorchEngine
 
+    N = 48  # long enough that the greedy text repeats a token (16 did not here: nothing to penalise)
     tok = AutoTokenizer.from_pretrained(torch_engine_dir)
     ids = tok(PROMPTS[0])["input_ids"]
     with TorchEngine(torch_engine_dir) as engine:
         eos = engine.default_end_ids
-        plain = engine.generate(ids, 16, end_ids=eos)
-        penalised = engine.generate(ids, 16, end_ids=eos, repetition_penalty=STRONG_PENALTY, min_tokens=16)
-        stream = engine.submit(ids, 16, end_ids=eos, return_log_probs=True)
+        plain = engine.generate(ids, N, end_ids=eos)
+        penalised = engine.generate(ids, N, end_ids=eos, repetition_penalty=STRONG_PENALTY, min_tokens=N)
+        stream = engine.submit(ids, N, end_ids=eos, return_log_probs=True)
         list(stream)
         logprobs = stream.logprobs
     assert_penalty_bites(ids, plain, penalised)
-    body = {"text_input": PROMPTS[0], "max_tokens": 16, "stream": False}
+    body = {"text_input": PROMPTS[0], "max_tokens": N, "stream": False}
     got = http_generate(
-        server.http_url, model, {**body, "repetition_penalty": STRONG_PENALTY, "min_tokens": 16}
+        server.http_url, model, {**body, "repetition_penalty": STRONG_PENALTY, "min_tokens": N}
     )
     assert got["status"] == 200, got
     out = got["text_output"]

@@ -66,7 +66,7 @@ def test_written_repository_declares_upstreams_outputs(torch_triton) -> None:
         check_config(text_format.Parse(text, mc.ModelConfig()), "latest")
 
 
-@pytest.mark.parametrize("line", trtllm.BUILD_LINES)
+@pytest.mark.parametrize("line", trtllm.ENGINE_LINES)  # the engine target exists on these lines only
 def test_engine_target_declares_each_lines_outputs(line: str) -> None:
     """The engine target speaks its TensorRT-LLM line's contract (v0.16's outputs differ from latest's)."""
     data = demo_config_dict("checkpoint")
