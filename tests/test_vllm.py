@@ -154,5 +154,6 @@ def test_serve_command_is_vllms_own_server(tmp_path) -> None:
     (tmp_path / vllm_engine.MODEL_FILE).write_text(json.dumps(meta))
     argv = vllm_target.serve_command(tmp_path, port=8123)
     assert argv[:2] == ["-m", "vllm.entrypoints.openai.api_server"] and "--enable-prefix-caching" in argv
+    assert not [a for a in argv if a.startswith("--no-")], "api_server has no --no-disable-log-stats"
     flags = {a[2:].replace("-", "_") for a in argv if a.startswith("--") and not a.startswith("--no-")}
     assert flags - {"host", "port", "model"} <= set(CONTRACT["engine_args"])

@@ -157,8 +157,8 @@ def serve_command(out: Path, host: str = "127.0.0.1", port: int = 8000) -> list[
     argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(Path(out) / meta["model"])]
     for name, value in {**meta["engine_args"], **meta["cpu_engine_args"]}.items():
         flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        if isinstance(value, bool):  # LPX's false values are vLLM's defaults; some flags have no --no- form
+            argv += [flag] if value else []
         else:
             argv += [flag, str(value)]
     return argv + ["--host", host, "--port", str(port)]
