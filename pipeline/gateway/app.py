@@ -1,10 +1,13 @@
 """The gateway's FastAPI application: routes, the fast path per request, streaming and disconnects.
 
   GET  /v1/models, /v1/models/{id}       the one served model
-  POST /v1/completions                   prompt (text or token ids) -> text
-  POST /v1/chat/completions              messages through the chat template -> text
+  POST /v1/completions                   prompt(s) (text or token ids) -> text, n choices each
+  POST /v1/chat/completions              messages through the chat template -> text, n choices
+  POST /v1/responses                     OpenAI's Responses API for text (responses_api.py)
   GET  /health/live                      the gateway runs
-  GET  /health/ready                     Triton and the `tensorrt_llm` model are ready
+  GET  /health/ready, /health            Triton and the `tensorrt_llm` model are ready (vLLM's /health)
+  GET  /version                          LPX's version (vLLM's shape)
+  POST /tokenize, /detokenize            the served tokenizer (vLLM's shapes; routes.py)
   GET  /metrics                          Prometheus text (metrics.py)
 
 A client that disconnects (a stream or a whole answer) cancels its gRPC call, so the engine stops.
@@ -23,8 +26,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from . import errors
+from .choices import Choices
 from .errors import ApiError, TooLarge
-from .generation import Generation, Piece, end_ids, plan
+from .generation import Generation, Piece, end_ids, plans
 from .keys import KeyRing
 from .metrics import AccessLog, Metrics
 from .middleware import Gate
@@ -100,6 +104,9 @@ class Gateway:
 def create_app(settings: GatewaySettings) -> Any:
     """The ASGI application inside the Gate middleware (keys, limits, log, metrics): the generation
     routes' POSTs straight to their endpoints, everything else through FastAPI."""
+    from .responses_api import ResponsesRequest, respond
+    from .routes import add_routes
+
     gw = Gateway(settings)
 
     @asynccontextmanager
@@ -115,44 +122,15 @@ def create_app(settings: GatewaySettings) -> Any:
     )
     app.state.gw = gw
     errors.install(app)
-
-    @app.get("/health/live")
-    async def live() -> dict:
-        return {"status": "live"}
-
-    @app.get("/health/ready")
-    async def ready() -> Response:
-        ok, why = await gw.triton.ready()
-        if ok:
-            await gw.model_info()
-            return JSONResponse({"status": "ready", "model": settings.model_name})
-        raise ApiError(503, why + " - wait for it to load, or see Triton's log", code="not_ready")
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        body, kind = gw.metrics.render()
-        return Response(body, media_type=kind)
-
-    def model_card() -> dict:
-        return {"id": settings.model_name, "object": "model", "created": gw.started, "owned_by": "lpx"}
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> dict:
-        if model_id != settings.model_name:
-            raise model_mismatch(model_id, settings.model_name)
-        return model_card()
-
-    # A POST to one of the two generation routes skips FastAPI's stack (its router and its middleware
+    add_routes(app, gw)
+    # A POST to one of the generation routes skips FastAPI's stack (its router and its middleware
     # layers, each a coroutine and often a wrapped send per request) and goes straight to a plain
     # ASGI endpoint that validates the body with pydantic from the JSON bytes and answers its own errors
     # in the same shape; any other method on those paths still gets FastAPI's 405.
     fast = {
-        "/v1/completions": GenerationRoute(gw, CompletionRequest, chat=False),
-        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, chat=True),
+        "/v1/completions": GenerationRoute(gw, CompletionRequest, generate, chat=False),
+        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, generate, chat=True),
+        "/v1/responses": GenerationRoute(gw, ResponsesRequest, respond, chat=True),
     }
     for path, endpoint in fast.items():  # registered too, so that FastAPI answers another method's 405
         app.router.add_route(path, endpoint, ["POST"])
@@ -176,15 +154,15 @@ def create_app(settings: GatewaySettings) -> Any:
 
 
 class GenerationRoute:
-    """/v1/completions or /v1/chat/completions as an ASGI endpoint."""
+    """A generation route (/v1/completions, /v1/chat/completions, /v1/responses) as an ASGI endpoint."""
 
-    def __init__(self, gw: Gateway, model: type, chat: bool) -> None:
-        self.gw, self.model, self.chat = gw, model, chat
+    def __init__(self, gw: Gateway, model: type, handler: Any, chat: bool) -> None:
+        self.gw, self.model, self.handler, self.chat = gw, model, handler, chat
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         request = Request(scope, receive)
         try:
-            response = await generate(self.gw, await _body(request, self.model), request, self.chat)
+            response = await self.handler(self.gw, await _body(request, self.model), request, self.chat)
         except ApiError as exc:
             response = _noted(scope, exc)
         except TooLarge:
@@ -205,7 +183,7 @@ async def _body(request: Request, model: type) -> Any:
     when the client leaves while sending it (the access log's one line says so; no traceback)."""
     from starlette.requests import ClientDisconnect
 
-    from .schemas import check_media_type, parse_body
+    from .body import check_media_type, parse_body
 
     check_media_type(request.headers.getlist("content-type"))
     try:
@@ -218,9 +196,9 @@ async def _body(request: Request, model: type) -> Any:
     return parse_body(raw, model)
 
 
-async def generate(
-    gw: Gateway, body: CompletionRequest | ChatCompletionRequest, request: Request, chat: bool
-) -> Any:
+async def start_choices(gw: Gateway, body: Any, request: Request) -> Choices:
+    """Admit one generation request and start its choices (not yet read): the model checked, the rate
+    limits admitted and spent on the prompt tokens, one engine request per choice."""
     s = gw.settings
     rec = request.scope["state"]["lpx"]
     rec["stream"], rec["model"] = body.stream, body.model
@@ -229,30 +207,54 @@ async def generate(
     key = rec.get("key")
     await gw.limits.admit(key, rec["key_id"])
     info = await gw.model_info()
-    job = plan(body, gw.codec, info, gw.ends)
-    rec["prompt_tokens"] = len(job.ids)
+    jobs = plans(body, gw.codec, info, gw.ends)
+    n = getattr(body, "n", None) or 1
+    prompt_tokens = sum(len(job.ids) for job in jobs[::n])
+    rec["prompt_tokens"] = prompt_tokens
     if gw.access.log_prompts:
-        rec["prompt"] = job.prompt
-    await gw.limits.spend(key, rec["key_id"], len(job.ids))
-    gen = Generation(job, gw.triton, info, gw.codec, rec["request_id"], s.request_timeout_s)
-    render = Renderer(chat, rec["request_id"], s.model_name, gw.codec, body.include_usage)
+        rec["prompt"] = jobs[0].prompt if len(jobs) == 1 else [job.prompt for job in jobs[::n]]
+    await gw.limits.spend(key, rec["key_id"], prompt_tokens)
+    rid = rec["request_id"]
+    gens = [
+        Generation(
+            job, gw.triton, info, gw.codec, rid if len(jobs) == 1 else f"{rid}-{i}", s.request_timeout_s
+        )
+        for i, job in enumerate(jobs)
+    ]
     rec["generated"] = True
     gw.metrics.in_flight.inc()
+    return Choices(gens, n)
+
+
+async def collect_all(gw: Gateway, gen: Choices, rec: dict, pieces: Any, request: Request) -> list | None:
+    """Every piece of a whole answer; None when the client left first (the record says so)."""
+    collected: list[Piece] = []
+
+    async def collect() -> None:
+        async for piece in pieces:
+            collected.append(piece)
+
+    try:
+        if not await _until_disconnect(collect(), request.receive):
+            rec["disconnected"] = True
+            return None
+        return collected
+    finally:
+        await _finish(gw, gen, rec, pieces)
+
+
+async def generate(
+    gw: Gateway, body: CompletionRequest | ChatCompletionRequest, request: Request, chat: bool
+) -> Any:
+    rec = request.scope["state"]["lpx"]
+    gen = await start_choices(gw, body, request)
+    render = Renderer(chat, rec["request_id"], gw.settings.model_name, gw.codec, body.include_usage)
     pieces = gen.pieces()
     if not body.stream:
-        collected: list[Piece] = []
-
-        async def collect() -> None:
-            async for piece in pieces:
-                collected.append(piece)
-
-        try:
-            if not await _until_disconnect(collect(), request.receive):
-                rec["disconnected"] = True
-                return Response(status_code=499)
-            return JSONResponse(render.whole("".join(p.text for p in collected), gen, collected))
-        finally:
-            await _finish(gw, gen, rec, pieces)
+        collected = await collect_all(gw, gen, rec, pieces, request)
+        if collected is None:
+            return Response(status_code=499)
+        return JSONResponse(render.whole(collected, gen.usage(), gen.plan.logprobs))
     try:
         first = await pieces.__anext__()  # the engine's refusal is still a proper 4xx status here
     except StopAsyncIteration:
@@ -263,8 +265,8 @@ async def generate(
     return SSEResponse(gw, gen, render, first, pieces, rec)
 
 
-async def _finish(gw: Gateway, gen: Generation, rec: dict, pieces: Any) -> None:
-    """Once per generation request: close the engine stream, count and record."""
+async def _finish(gw: Gateway, gen: Choices, rec: dict, pieces: Any) -> None:
+    """Once per generation request: close the engine streams, count and record."""
     if rec.get("finished"):
         return
     rec["finished"] = True
@@ -313,7 +315,7 @@ class SSEResponse(Response):
     token - the coroutine is cancelled, which closes the gRPC call."""
 
     def __init__(
-        self, gw: Gateway, gen: Generation, render: Renderer, first: Piece | None, pieces: Any, rec: dict
+        self, gw: Gateway, gen: Choices, render: Renderer, first: Piece | None, pieces: Any, rec: dict
     ):
         super().__init__(status_code=200, media_type="text/event-stream")
         self.gw, self.gen, self.render, self.first, self.pieces, self.rec = (
@@ -329,15 +331,14 @@ class SSEResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # body chunks go to the server's own send: the framework's wrappers only watch the start
         raw = self.rec.get("raw_send") or send
-        render, offset = self.render, 0
-        head = render.role_chunk() if render.chat else b""
+        render, offsets = self.render, {}
+        head = b"".join(render.role_chunk(g.plan.index) for g in self.gen.gens) if render.chat else b""
         if self.first is not None:
-            head += render.chunk(self.first, offset)
-            offset += len(self.first.text)
+            head += self._chunk(self.first, offsets)
 
         async def pump() -> None:
             try:
-                await self._write(raw, offset)
+                await self._write(raw, offsets)
             finally:
                 await _finish(self.gw, self.gen, self.rec, self.pieces)
 
@@ -351,19 +352,23 @@ class SSEResponse(Response):
             self.rec["disconnected"] = True
             await _finish(self.gw, self.gen, self.rec, self.pieces)  # (once: a no-op after pump's)
 
-    async def _write(self, send: Any, offset: int) -> None:
+    def _chunk(self, piece: Piece, offsets: dict[int, int]) -> bytes:
+        if piece.finish is not None:
+            return self.render.finish_chunk(piece.finish, piece.index)
+        offset = offsets.get(piece.index, 0)
+        offsets[piece.index] = offset + len(piece.text)
+        return self.render.chunk(piece, offset)
+
+    async def _write(self, send: Any, offsets: dict[int, int]) -> None:
         render, body = self.render, "http.response.body"
         try:
             async for piece in self.pieces:
-                await send({"type": body, "body": render.chunk(piece, offset), "more_body": True})
-                offset += len(piece.text)
+                await send({"type": body, "body": self._chunk(piece, offsets), "more_body": True})
         except ApiError as exc:
             self.rec["error"] = exc.message
             await send({"type": body, "body": render.error_event(exc.body()) + DONE, "more_body": False})
             self.rec["complete"] = True  # (no await between: a drain cannot end it a second time)
             return
-        tail = render.finish_chunk(self.gen.finish_reason or "stop")
-        if render.include_usage:
-            tail += render.usage_chunk(self.gen)
+        tail = render.usage_chunk(self.gen.usage()) if render.include_usage else b""
         await send({"type": body, "body": tail + DONE, "more_body": False})
         self.rec["complete"] = True

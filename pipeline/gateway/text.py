@@ -38,7 +38,7 @@ class TextCodec:
             return self.backend.encode(text, add_special_tokens=True).ids
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         """Chat messages through the tokenizer's chat template (or serving.openai.chat_template), with the
         assistant's turn opened; the template writes the special tokens itself."""
         if self.template_missing:
@@ -50,7 +50,10 @@ class TextCodec:
             )
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, chat_template=self.template
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                chat_template=self.template,
             )
         except Exception as exc:  # the template's own raise_exception(), a bad role order, ...
             raise bad_request(f"The chat template refused these messages: {exc}", "messages") from None
