@@ -74,6 +74,7 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "min_tokens": 0,
     "return_log_probs": False,
+    "top_log_probs_k": 0,  # LPX's extension (tensors.LPX_TRTLLM): alternatives per token
     "return_context_logits": False,
     "return_generation_logits": False,
     "return_perf_metrics": False,
@@ -114,6 +115,8 @@ FIXES = {  # what to do instead, per feature a target may lack
     "guided_decoding_guide_type": "leave out guided decoding, or serve the `llmapi` target with a guided-decoding backend",
     "guided_decoding_guide": "leave out guided decoding, or serve the `llmapi` target with a guided-decoding backend",
     "decoder_text_input": "send the prompt as text_input: LPX serves decoder-only models",
+    "top_log_probs_k": "send 0: this target returns only the sampled token's log prob (serve the torch "
+    "or llmapi target for alternatives)",
     "return_context_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
     "return_generation_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
 }
@@ -237,6 +240,9 @@ def check_max_tokens(sent: str, value: Any, limits: Limits, n_prompt: int | None
     return int(v)
 
 
+MAX_TOP_LOG_PROBS = 20  # top_log_probs_k: OpenAI's top_logprobs bound
+
+
 def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None) -> None:
     """Refuse the first bad input of one request with a RequestError. `values`: input name (ensemble or
     tensorrt_llm spelling) -> the sent tensor or value; absent inputs may be missing or None."""
@@ -249,6 +255,14 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
 
     sent, v = get("max_tokens")
     max_tokens = check_max_tokens(sent, v, limits, n_prompt) if v is not None else None
+    _check_sampling(get, limits)
+    _check_counts(get, limits, max_tokens)
+    _check_ids(get, given, limits)
+    _check_supported(by_canon, limits)
+
+
+def _check_sampling(get, limits: Limits) -> None:
+    """top_p, temperature, top_k, the penalties."""
     sent, v = get("top_p")
     if v is not None:
         _range(
@@ -278,6 +292,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             x = _finite(sent, v)
             if canon == "beam_search_diversity_rate" and x < 0:
                 raise RequestError(f"{sent} {_show(x)} is out of range: allowed >= 0 - send 0")
+
+
+def _check_counts(get, limits: Limits, max_tokens: int | None) -> None:
+    """min_tokens, beam_width, num_return_sequences, top_log_probs_k, seed."""
     sent, v = get("min_tokens")
     if v is not None:
         m = _finite(sent, v)
@@ -297,6 +315,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
                     f"{sent} {_show(n)} is above the engine's max_beam_width {limits.max_beam_width} - "
                     f"send beam_width <= {limits.max_beam_width}"
                 )
+    sent, v = get("top_log_probs_k")
+    if v is not None:
+        k = _integer(sent, v)
+        _range(sent, k, 0, MAX_TOP_LOG_PROBS, f"0..{MAX_TOP_LOG_PROBS}", "send at most 20 alternatives")
     sent, v = get("seed")
     if v is not None:
         seed = _integer(sent, v)
@@ -304,6 +326,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             raise RequestError(
                 f"{sent} {seed} is out of range: allowed 0..{UINT64_MAX} - send a non-negative seed"
             )
+
+
+def _check_ids(get, given: dict[str, Any], limits: Limits) -> None:
+    """end_id / pad_id inside the vocabulary; embedding-bias words and weights paired and finite."""
     for canon in ("end_id", "pad_id"):
         sent, v = get(canon)
         if v is not None:
@@ -323,7 +349,10 @@ def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None
             )
         for w in [] if weights is None else _flat(weights):
             _finite("embedding_bias_weights", w)
-    # then what the target honours: a valid but unsupported non-default value is refused
+
+
+def _check_supported(by_canon: dict[str, tuple[str, Any]], limits: Limits) -> None:
+    """What the target honours: a valid but unsupported non-default value is refused."""
     for canon, (sent, value) in by_canon.items():
         if canon in FEATURE_DEFAULTS and canon not in limits.supported and not _is_default(canon, value):
             shown = _scalar(value)
