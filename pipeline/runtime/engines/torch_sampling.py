@@ -40,8 +40,10 @@ def draw(scores: torch.Tensor, seed: int, step: int) -> int:
     gen = torch.Generator(device="cpu")
     gen.manual_seed(splitmix64(seed ^ splitmix64(step)))
     u = torch.rand(1, generator=gen, dtype=torch.float64) * cdf[-1]
-    token = int(torch.searchsorted(cdf, u, right=True).item())  # the first index whose mass passes u
-    return min(token, int(probs.nonzero()[-1].item()))
+    token = min(int(torch.searchsorted(cdf, u, right=True).item()), probs.numel() - 1)  # mass passes u
+    if probs[token] <= 0:  # (u rounded onto the total: the last token that has any mass)
+        token = int(probs.nonzero()[-1].item())
+    return token
 
 
 class SeededSampler(ContinuousBatchingLogitsProcessor):
