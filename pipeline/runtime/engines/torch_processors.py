@@ -136,7 +136,8 @@ def top_k(scores: torch.Tensor, lse: torch.Tensor, k: int) -> tuple[list[int], l
 
 
 class LogprobTail(ContinuousBatchingLogitsProcessor):
-    """Last in the list: per request id, the log of the mass top-k / top-p kept at each step."""
+    """Last in the list: the seeded rows' draws (torch_sampling.py), then per request id the log of the mass
+    top-k / top-p (and a seeded draw) kept at each step."""
 
     supported_kwargs: dict[str, type] = {}
     ignored_kwargs: tuple[str, ...] = ()
@@ -145,6 +146,7 @@ class LogprobTail(ContinuousBatchingLogitsProcessor):
         self.head = head
         self.kept: dict[str, list[float]] = {}  # request id -> log(kept mass) per generated token
         self.top: dict[str, list[tuple[list[int], list[float]]]] = {}  # request id -> per token, k best
+        self.sampler: Any = None  # torch_sampling.SeededSampler: seeded rows' draws, run first here
 
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.fill_(0)
@@ -153,6 +155,8 @@ class LogprobTail(ContinuousBatchingLogitsProcessor):
         return torch.zeros(len(requests_with_new_token), dtype=torch.int32)
 
     def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
+        if self.sampler is not None:
+            scores = self.sampler.apply(scores)
         if self.head.lse:
             rows = [(r, s) for r, s, _ in self.head._rows if r in self.head.lse]
             final = torch.logsumexp(scores[[r for r, _ in rows]], dim=-1)
@@ -198,5 +202,5 @@ def install(manager) -> LogprobTail:
     procs.do_processing = True
     from .torch_sampling import install_seeded  # (it imports this module)
 
-    install_seeded(manager)
+    tail.sampler = install_seeded(manager)
     return tail

@@ -2,8 +2,9 @@
 
 transformers' continuous batching samples every row of a batch with one `torch.multinomial` call on the
 engine-wide generator, so a request's draws depend on what else ran before and beside it. `SeededSampler`
-is a per-request processor placed after top-k / top-p (and anything else that shapes the distribution)
-and before `LogprobTail`: for each row whose request carries a seed it draws the token itself - the
+is a per-request processor (it reads each row's seed while the batch is prepared) whose draw runs at the
+start of `LogprobTail`, the last processor - so after top-k / top-p and anything else that shapes the
+distribution, wherever that is inserted: for each row whose request carries a seed it draws the token itself - the
 inverse CDF of the row's final distribution (float64) at a uniform number from a generator seeded with
 (seed, step), so a request's draw at step t depends on its seed, t and its own probabilities only - and
 leaves that token the row's only finite score, which the batch's multinomial then has to pick.
@@ -65,6 +66,10 @@ class SeededSampler(ContinuousBatchingLogitsProcessor):
         return torch.zeros(len(requests_with_new_token), dtype=torch.int32)
 
     def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
+        return scores  # the draw is `apply`, called by LogprobTail (last), after every other processor
+
+    def apply(self, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Each seeded row's token drawn from its final scores, left its only finite score."""
         rows = [(r, s, seed) for r, s, seed in self._rows if r < scores.size(0)]
         if not rows:
             return scores
@@ -78,7 +83,8 @@ class SeededSampler(ContinuousBatchingLogitsProcessor):
 
 
 def install_seeded(manager) -> SeededSampler:
-    """Put a SeededSampler right before the last processor (LogprobTail, torch_processors.install)."""
+    """Put a SeededSampler right before the last processor (LogprobTail, torch_processors.install),
+    which calls its draw."""
     procs = manager.logit_processor
     sampler = SeededSampler()
     items = list(procs.logits_processor)
