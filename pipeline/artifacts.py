@@ -5,7 +5,7 @@ A folder becomes visible only by an atomic rename of a complete temporary folder
 killed at any point leaves nothing that a later run takes as complete. An entry whose manifest
 is missing, unreadable or for another key is a miss, never a crash. A staging folder
 (`.tmp-<key>-<pid>`) records its process and that process's start time; `sweep` removes the ones whose
-process is gone. Keys are pipeline/keys.py's; what no config references any more, pipeline/gc.py's.
+process is gone. Keys are pipeline/cache_keys.py's; what no config references any more, pipeline/gc.py's.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ plus optional sampling inputs only when given; the response tensor is `text_outp
 from __future__ import annotations
 
 import json
+import os
 import queue
 import time
 from collections.abc import Iterator
@@ -276,8 +277,6 @@ def openai_stream(
     OpenAI-compatible server at `url` (http://host:port); LpxError on any error, in the server's words."""
     import requests
 
-    from .bench.openai_load import base_url, served_model
-
     base = base_url(url)
     model = model or served_model(base, api_key)
     body: dict[str, Any] = {"model": model, "max_tokens": int(max_tokens), "stream": True}
@@ -315,3 +314,37 @@ def openai_stream(
                     text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                     if text:
                         yield Chunk(text, time.perf_counter())
+
+
+# OpenAI-compatible servers (LPX's gateway, vLLM, trtllm-serve): where, with which key, which model
+def base_url(url: str) -> str:
+    url = url if url.startswith(("http://", "https://")) else f"http://{url}"
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def api_key(given: str | None) -> str | None:
+    return given or os.environ.get("LPX_API_KEY") or os.environ.get("OPENAI_API_KEY")
+
+
+def served_model(url: str, key: str | None, timeout_s: float = 10.0) -> str:
+    """The first model id GET /v1/models lists."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(f"{base_url(url)}/v1/models", headers=headers, timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise LpxError(
+            f"Cannot reach an OpenAI-compatible server at {url} - is it running?", str(exc)
+        ) from None
+    if resp.status_code != 200:
+        raise LpxError(
+            f"GET {base_url(url)}/v1/models answered {resp.status_code}: {resp.text[:300]} - check --api-key"
+        )
+    data = resp.json().get("data") or []
+    if not data:
+        raise LpxError(f"{url} serves no model - pass --model NAME")
+    return str(data[0]["id"])

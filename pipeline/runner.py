@@ -2,22 +2,23 @@
 
 What a stage's key holds, what it checks and what it writes are the stage's own (pipeline/stages/);
 the runner hashes the stage's inputs into the key, looks the key up in the artifact store, explains a
-miss by naming what changed since the slot's newest artifact (pipeline/keys.py), and otherwise runs the
+miss by naming what changed since the slot's newest artifact (pipeline/cache_keys.py), and otherwise runs the
 stage in a staging folder that is renamed into place when complete (pipeline/artifacts.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import toolchain
 from .artifacts import Artifact, Store
+from .cache_keys import explain, make_key
 from .config import Config, Variant
 from .errors import LpxError, StageFailed
-from .keys import explain, make_key
 from .progress import Reporter, quiet_libraries
 from .stages import STAGES, build, evaluate, quantize, repository
 from .stages.context import ANY_ARCH, Context
@@ -114,6 +115,17 @@ class Runner:
         more = f" (+{len(changes) - MAX_REASONS} more)" if len(changes) > MAX_REASONS else ""
         return "changed: " + "; ".join(changes[:MAX_REASONS]) + more
 
+    @contextlib.contextmanager
+    def variant_config(self, variant: Variant) -> Iterator[None]:
+        """The stages see the config as `variant` builds it (its build.target override), sharing what
+        the run read once (checkpoint, texts)."""
+        base = self.ctx
+        self.ctx = Context(base.cfg.for_variant(variant), base.report, base.store, base._cache)
+        try:
+            yield
+        finally:
+            self.ctx = base
+
     # --- the stages, in order ----------------------------------------------------------------
     def check(self, variant: Variant) -> None:
         """Everything the stages can refuse before any work (format vs GPU archs and TensorRT-LLM line,
@@ -191,29 +203,34 @@ class Runner:
         outcomes = []
         self.gate_failures = []
         for v in variants:
-            self.check(v)
+            with self.variant_config(v):
+                self.check(v)
         self.ctx.texts("calibration")
         if last >= stage_index("eval"):
             self.ctx.texts("evaluation")
         for v in variants:
             o = Outcome(v.name)
             outcomes.append(o)
-            o.artifacts["quantize"] = ck = self.quantize(v)
-            if last >= stage_index("eval"):
-                o.artifacts["eval"] = ev = self.evaluate(v, ck)
-                failure = self.gate(v, ev)
-                if failure:
-                    self.gate_failures.append(failure)
-                    continue
-            if last >= stage_index("build"):
-                for arch in self.archs():
-                    eng = self.build(v, ck, arch)
-                    if eng is None:  # dry run
-                        continue
-                    o.artifacts[f"build:{arch}"] = eng
-                    if last >= stage_index("repo"):
-                        o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch, ck)
+            with self.variant_config(v):
+                self._run_variant(v, o, last)
         return outcomes
+
+    def _run_variant(self, v: Variant, o: Outcome, last: int) -> None:
+        o.artifacts["quantize"] = ck = self.quantize(v)
+        if last >= stage_index("eval"):
+            o.artifacts["eval"] = ev = self.evaluate(v, ck)
+            failure = self.gate(v, ev)
+            if failure:
+                self.gate_failures.append(failure)
+                return
+        if last >= stage_index("build"):
+            for arch in self.archs():
+                eng = self.build(v, ck, arch)
+                if eng is None:  # dry run
+                    continue
+                o.artifacts[f"build:{arch}"] = eng
+                if last >= stage_index("repo"):
+                    o.artifacts[f"repo:{arch}"] = self.repo(v, eng, arch, ck)
 
     def raise_gate_failures(self) -> None:
         if self.gate_failures:
@@ -236,13 +253,18 @@ class Runner:
             return self.store.lookup(stage, model, variant, arch, key) or Artifact(slot / key, {"key": key})
 
         for v in self.cfg.variants:
-            ck = planned("quantize", v.name, ANY_ARCH, make_key(quantize.inputs(self.ctx, v)))
-            planned("eval", v.name, ANY_ARCH, make_key(evaluate.inputs(self.ctx, v, ck)))
-            for arch in self.archs():
-                eng = planned("build", v.name, arch, make_key(build.inputs(self.ctx, v, ck, arch)))
-                repo_slot = self.store.slot("repo", model, v.name, arch)
-                try:
-                    refs[repo_slot] = make_key(repository.inputs(self.ctx, v, eng, ck))
-                except LpxError:  # no such engine (yet), or one this config would refuse: cannot tell
-                    refs[repo_slot] = None
+            with self.variant_config(v):
+                self._plan_variant(v, planned, refs)
         return refs
+
+    def _plan_variant(self, v: Variant, planned: Callable, refs: dict) -> None:
+        model = self.cfg.model.name
+        ck = planned("quantize", v.name, ANY_ARCH, make_key(quantize.inputs(self.ctx, v)))
+        planned("eval", v.name, ANY_ARCH, make_key(evaluate.inputs(self.ctx, v, ck)))
+        for arch in self.archs():
+            eng = planned("build", v.name, arch, make_key(build.inputs(self.ctx, v, ck, arch)))
+            repo_slot = self.store.slot("repo", model, v.name, arch)
+            try:
+                refs[repo_slot] = make_key(repository.inputs(self.ctx, v, eng, ck))
+            except LpxError:  # no such engine (yet), or one this config would refuse: cannot tell
+                refs[repo_slot] = None

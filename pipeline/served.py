@@ -66,15 +66,17 @@ def server(cfg: Config, variant: str, repo: Artifact | None, report: Reporter | 
         metrics_port=s.metrics_port,
         log_path=log,
         ready_timeout_s=s.ready_timeout_s,
-        world_size=world_size(cfg),
+        world_size=world_size(cfg, variant),
         notify=(lambda message: report.warn(escape(message))) if report is not None else None,
+        echo=s.log_stdout,
     )
 
 
-def world_size(cfg: Config) -> int:
-    """GPUs (= Triton ranks) one engine needs: tp_size x pp_size for the engine target, else 1."""
-    b = cfg.build
-    return b.tp_size * b.pp_size if b.target == "engine" else 1
+def world_size(cfg: Config, variant: str | None = None) -> int:
+    """GPUs (= Triton ranks) one engine of `variant` needs: tp_size x pp_size for the engine target (the
+    variant's own target where it sets one), else 1."""
+    known = variant is not None and any(v.name == variant for v in cfg.variants)
+    return (cfg.for_variant(cfg.variant(variant)) if known else cfg).build.ranks
 
 
 def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter, out: Console) -> dict:
@@ -284,10 +286,12 @@ def serve_packaged(
     host: str | None,
     gateway: bool,
     ports: dict[str, int] | None = None,
+    log_stdout: bool = False,
 ) -> None:
     """`lpx serve --repo DIR`: serve the repository built for this GPU until SIGINT/SIGTERM."""
     repo = choose_repository(folder, variant, model)
     cfg = packaged_config(repo, host, gateway, ports)
+    cfg.serving.log_stdout = log_stdout
     report = Reporter()
     report.info(
         f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"

@@ -61,7 +61,7 @@ def start_gateway(triton_url: str, tokenizer: Path, work: Path, name: str):
         tokenizer=tokenizer,
         model_name=MODEL,
         port=0,
-        keys_file=work / "no-keys.json",
+        api_keys_file=work / "no-keys.json",
         access_log=str(work / f"{name}-access.log"),
     )
     return GatewayProcess(settings, work / "run", work / f"{name}.log").start()

@@ -131,3 +131,21 @@ def running_server(repo: Path, root: Path, **env: str):
             yield srv
         finally:
             srv.stop()
+
+
+# A repetition penalty that changes greedy text whenever the text repeats a token it has seen: the repeated
+# token's logit is divided (positive) or multiplied (negative) by 10, far below the unseen tokens' on a
+# random model's near-flat logits. Whether a mild penalty like 1.3 flips a token is a near-tie on one CPU.
+STRONG_PENALTY = 10.0
+
+
+def assert_penalty_bites(prompt: list[int], plain: list[int], penalised: list[int]) -> None:
+    """The penalised text differs from the plain one at or before the plain text's first repeated token
+    (a token of the prompt or of its own earlier output); the plain text must have one."""
+    seen = set(prompt)
+    for k, token in enumerate(plain):
+        if token in seen:
+            assert penalised[: k + 1] != plain[: k + 1], (k, plain, penalised)
+            return
+        seen.add(token)
+    raise AssertionError(f"the plain text repeats no token, so no penalty can change it: {plain}")

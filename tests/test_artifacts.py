@@ -6,7 +6,7 @@ import json
 import os
 
 from pipeline.artifacts import Store, read_manifest
-from pipeline.keys import explain, make_key
+from pipeline.cache_keys import explain, make_key
 
 
 def _commit(store, key, payload="x"):

@@ -100,7 +100,7 @@ def stack(torch_engine_dir: Path, tmp_path_factory):
     from pipeline.config import parse_config
     from pipeline.demo import demo_config_dict
     from pipeline.errors import LpxError
-    from pipeline.gateway.keys import add_key
+    from pipeline.gateway.api_keys import add_key
     from pipeline.servers.child import log_tail
     from pipeline.servers.tritonserver import find_tritonserver
     from pipeline.stages.repository import write_repository

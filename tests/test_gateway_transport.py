@@ -70,7 +70,7 @@ def gw(tmp_path_factory):
     from pipeline.bench.toy import write_toy_repo
     from pipeline.demo import _train_tokenizer, corpus_text, paragraphs
     from pipeline.errors import LpxError
-    from pipeline.gateway.keys import add_key
+    from pipeline.gateway.api_keys import add_key
     from pipeline.gateway.process import GatewayProcess
     from pipeline.gateway.settings import GatewaySettings
     from pipeline.servers.tritonserver import TritonServer, find_tritonserver
@@ -91,7 +91,7 @@ def gw(tmp_path_factory):
             tokenizer=root / "tokenizer",
             model_name=MODEL,
             port=0,
-            keys_file=keys,
+            api_keys_file=keys,
             access_log=str(root / "access.log"),
             header_timeout_s=TIMEOUT_S,
             body_timeout_s=TIMEOUT_S,

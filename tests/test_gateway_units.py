@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
+from pipeline.gateway.api_keys import KeyRing, add_key, read_keys, revoke_key
 from pipeline.gateway.errors import ApiError
 from pipeline.gateway.generation import max_tokens_for
-from pipeline.gateway.keys import KeyRing, add_key, read_keys, revoke_key
 from pipeline.gateway.text import StopText
 from pipeline.gateway.triton import ModelInfo
 

@@ -1,5 +1,5 @@
-"""The package's shape, checked: no import cycle (function-level imports included), click only in the CLI,
-one home per fact, and no citation of files outside the repository."""
+"""The package's shape, checked: the documented layer order (function-level imports included), no import
+cycle, click only in the CLI, one home per fact, and no citation of files outside the repository."""
 
 from __future__ import annotations
 
@@ -95,6 +95,86 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+# The layers, top down: a unit may import only units of layers below its own (and itself). A unit is a
+# package or module directly under pipeline/, except the stages, each of which is a unit of its own.
+# docs/architecture.md's "Layers" block shows the same list; test_the_docs_show_these_layers keeps them equal.
+LAYERS: list[tuple[str, ...]] = [
+    ("__main__",),
+    ("cli",),
+    ("tune",),
+    ("bench",),
+    ("monitoring",),
+    ("deploy",),
+    ("served",),
+    ("gc",),
+    ("runner",),
+    ("gateway",),
+    ("stages.repository",),
+    ("stages.build", "stages.evaluate"),
+    ("stages.quantize",),
+    ("stages.context", "stages"),
+    ("client",),
+    ("inspection",),
+    ("servers",),
+    ("runtime",),
+    ("texts",),
+    ("config",),
+    ("demo",),
+    ("artifacts", "cache_keys", "progress", "atomic", "slo", "toolchain", "facts"),
+    ("errors", "data", ""),
+]
+
+
+def unit_of(module: str) -> str:
+    """pipeline.stages.build.trtllm_run -> stages.build; pipeline.gateway.app -> gateway; pipeline -> ''."""
+    parts = module.split(".")[1:]
+    return ".".join(parts[:2]) if parts[:1] == ["stages"] and len(parts) > 1 else ".".join(parts[:1])
+
+
+def layer_violations(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[str]:
+    """Each import that runs sideways or up the layers, and each unit the list does not place."""
+    rank = {unit: i for i, layer in enumerate(layers) for unit in layer}
+    out = sorted({f"{unit_of(m)} is in no layer ({m})" for m in graph if unit_of(m) not in rank})
+    for module, targets in sorted(graph.items()):
+        a = unit_of(module)
+        for target in sorted(targets):
+            b = unit_of(target)
+            if a != b and a in rank and b in rank and rank[a] >= rank[b]:
+                out.append(f"{module} imports {target}: {a or 'pipeline'} may not use {b or 'pipeline'}")
+    return out
+
+
+def test_every_import_runs_down_the_layers():
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 50 and graph["pipeline.served"], "the import graph was not read"
+    assert layer_violations(graph, LAYERS) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {
+        "pipeline.client": {"pipeline.bench.openai_load"},  # the low client reaching up into bench
+        "pipeline.bench.openai_load": {"pipeline.errors"},
+        "pipeline.errors": set(),
+        "pipeline.newpkg.x": set(),
+    }
+    assert layer_violations(graph, LAYERS) == [
+        "newpkg is in no layer (pipeline.newpkg.x)",
+        "pipeline.client imports pipeline.bench.openai_load: client may not use bench",
+    ]
+
+
+def test_the_docs_show_these_layers():
+    """docs/architecture.md's Layers block names the units in this order (each line starts with them)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("<!-- layers -->")[1].split("<!-- /layers -->")[0]
+    shown = [
+        tuple(u.rstrip("/").removesuffix(".py").replace("/", ".") for u in line.split("|")[0].split())
+        for line in block.splitlines()
+    ]
+    shown = [units for units in shown if units and units[0] != "```"]
+    assert shown == [tuple(u if u else "pipeline" for u in layer) for layer in LAYERS]
 
 
 def test_no_import_cycle():

@@ -167,8 +167,12 @@ def test_refuses_int8_kv(tmp_path):
 
 
 def test_refuses_trtllm_016(tmp_path):
-    cfg, variant = _cfg(version="0.16")
-    with pytest.raises(LpxError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.2'.*build.target: engine"):
+    # the config refuses it; write_llmapi refuses a config built without validation the same way
+    with pytest.raises(LpxError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.3'.*build.target: engine"):
+        _cfg(version="0.16")
+    cfg, variant = _cfg()
+    cfg.build.__dict__["trtllm_version"] = "0.16"
+    with pytest.raises(LpxError, match=r"TensorRT-LLM >= 1.2.*trtllm_version: '1.3'.*build.target: engine"):
         write_llmapi(cfg, variant, _quantized(tmp_path), tmp_path / "out")
 
 

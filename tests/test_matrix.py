@@ -128,5 +128,7 @@ def test_scripts_exist_executable_and_parse(script: Path) -> None:
 def test_example_config_validates() -> None:
     cfg = load_config(ROOT / "examples" / "lpx.yaml")
     assert [v.quantization.format for v in cfg.variants] == ["fp8", "int4_awq"]
-    assert cfg.build.target == "engine" and cfg.build.archs == ["sm90", "sm89"]
+    # the GPU default: TensorRT-LLM 1.3's LLM API (trtllm-build engines stop at 1.2)
+    assert (cfg.build.target, cfg.build.trtllm_version) == ("llmapi", "1.3")
+    assert cfg.build.archs == ["sm90", "sm89"]
     assert len(build_matrix(cfg)) == 4

@@ -42,7 +42,7 @@ def gateway(torch_triton, tmp_path_factory):
         tokenizer=torch_triton.repo / "preprocessing" / "1" / "tokenizer",
         model_name=MODEL,
         port=0,
-        keys_file=root / "keys.json",  # no keys: open, as a local gateway is
+        api_keys_file=root / "keys.json",  # no keys: open, as a local gateway is
         access_log=str(root / "access.log"),
     )
     proc = GatewayProcess(settings, root, root / "gateway.log").start()

@@ -95,6 +95,7 @@ def config(target: str, tp: int = 1, pp: int = 1, **deploy):
 
 def workload(cfg, out: Path) -> dict:
     deploy_k8s(cfg, cfg.variants[0].name, out)
+    GENERATED_CONFIG_MAPS.update(config_maps(out))
     (doc,) = [
         d
         for f in (out / "overlays" / "sm90").glob("*.yaml")
@@ -102,6 +103,15 @@ def workload(cfg, out: Path) -> dict:
         if d["kind"] in ("Deployment", "LeaderWorkerSet")
     ]
     return doc
+
+
+GENERATED_CONFIG_MAPS: dict[str, dict[str, str]] = {}  # every tree this module wrote: name -> data
+
+
+def config_maps(out: Path) -> dict[str, dict[str, str]]:
+    """The ConfigMaps `lpx deploy k8s` wrote under `out` (base and overlays): name -> {key: content}."""
+    docs = [d for f in sorted(out.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    return {d["metadata"]["name"]: d["data"] for d in docs if d.get("kind") == "ConfigMap"}
 
 
 def check_upstream_lpx(c: dict, volumes: dict) -> None:
@@ -135,6 +145,7 @@ def torch_pod(packed, tmp_path_factory):
     pod = Pod(
         spec,
         tmp_path_factory.mktemp("torch-pod"),
+        config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["torch"]},
     )
@@ -190,6 +201,7 @@ def test_engine_pod_gateway_becomes_ready_without_a_gpu(torch_pod, packed, tmp_p
     pod = Pod(
         spec,
         tmp_path / "pod",
+        config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}, cfg.deploy.ssh_secret: SSH},
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
     )
@@ -228,6 +240,7 @@ def test_runner_fails_a_sidecar_that_looks_for_a_gpu(tmp_path) -> None:
     pod = Pod(
         spec,
         tmp_path / "pod",
+        config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
         claims={"lpx-models": minimal_engine_repo(tmp_path / "models", "sm90")},
     )
@@ -294,7 +307,12 @@ def test_init_container_streams_the_tarball_into_its_volume(packed, tmp_path, go
     cfg = config("engine", 2, repository=repo)
     ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
     (init,) = spec["initContainers"]
-    pod = Pod(spec, tmp_path / "pod", secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}})
+    pod = Pod(
+        spec,
+        tmp_path / "pod",
+        config_maps=GENERATED_CONFIG_MAPS,
+        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
+    )
     served = packed["tarball"].parent
     server = subprocess.Popen(
         ["nsenter", f"--net=/proc/{pod.holder.pid}/ns/net", sys.executable, "-m", "http.server", "8080"],

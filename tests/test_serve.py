@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,23 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     else:
         os.kill(pid, _signal.SIGKILL)
         pytest.fail("tritonserver outlived the process that started it")
+
+
+def test_echo_copies_a_childs_log_to_stdout_and_caps_the_file(tmp_path, capfd, monkeypatch) -> None:
+    """`lpx serve --log-stdout` (the pods' Triton): every line on stdout (kubectl logs), the log file kept
+    for the error tail up to its cap, then a line saying where the rest went."""
+    from pipeline.servers import child
+
+    monkeypatch.setattr(child, "ECHO_FILE_CAP", 64)
+    log = tmp_path / "triton.log"
+    lines = [f"line {i:03d} of the log" for i in range(40)]
+    proc = child.spawn(["sh", "-c", "; ".join(f"echo '{ln}'" for ln in lines)], log, echo=True)
+    assert proc.wait(timeout=30) == 0
+    out, deadline = "", time.monotonic() + 10
+    while lines[-1] not in out and time.monotonic() < deadline:
+        out += capfd.readouterr().out  # the copying thread may still be writing
+        time.sleep(0.05)
+    assert all(ln in out for ln in lines), out
+    kept = log.read_text()
+    assert kept.startswith(lines[0]) and "the rest of the log is on stdout" in kept
+    assert lines[-1] not in kept and len(kept.encode()) < 64 + 200

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from rich.console import Console
 
+from pipeline.cache_keys import code_fingerprint, explain, make_key
 from pipeline.config import parse_config
-from pipeline.keys import code_fingerprint, explain, make_key
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
 from pipeline.stages.build import llmapi, torch_target, trtllm_build

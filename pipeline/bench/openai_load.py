@@ -14,47 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from typing import Any
 
-from ..errors import LpxError
+from ..client import base_url
 from .senders import http_session, sse_events
 
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-def base_url(url: str) -> str:
-    url = url if url.startswith(("http://", "https://")) else f"http://{url}"
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def api_key(given: str | None) -> str | None:
-    return given or os.environ.get("LPX_API_KEY") or os.environ.get("OPENAI_API_KEY")
-
-
-def served_model(url: str, key: str | None, timeout_s: float = 10.0) -> str:
-    """The first model id GET /v1/models lists."""
-    import requests
-
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    try:
-        with requests.Session() as session:
-            session.trust_env = False
-            resp = session.get(f"{base_url(url)}/v1/models", headers=headers, timeout=timeout_s)
-    except requests.RequestException as exc:
-        raise LpxError(
-            f"Cannot reach an OpenAI-compatible server at {url} - is it running?", str(exc)
-        ) from None
-    if resp.status_code != 200:
-        raise LpxError(
-            f"GET {base_url(url)}/v1/models answered {resp.status_code}: {resp.text[:300]} - check --api-key"
-        )
-    data = resp.json().get("data") or []
-    if not data:
-        raise LpxError(f"{url} serves no model - pass --model NAME")
-    return str(data[0]["id"])
 
 
 class OpenAISender:

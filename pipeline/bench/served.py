@@ -27,8 +27,8 @@ def openai_target(opts: BenchOptions) -> BenchOptions:
         url = running_server().get("openai_url")
         if not url:
             raise UsageError("--api openai measures a running server: pass --url http://HOST:PORT")
-    from .openai_load import api_key as find_key
-    from .openai_load import served_model
+    from ..client import api_key as find_key
+    from ..client import served_model
 
     key = find_key(opts.api_key)
     model = served_model(url, key) if opts.model in TRITON_MODELS else opts.model

@@ -8,7 +8,8 @@ options and calls the layer below; its docstring is its help.
   state.py     init, config, artifacts (list, path, gc), path
   tools.py     bench, compare, doctor, matrix, plan
   deploy.py    deploy k8s, deploy dynamo
-  keys.py      keys (the OpenAI gateway's API keys), gateway (the gateway alone, e.g. a sidecar)
+  api_keys.py  keys (the OpenAI gateway's API keys)
+  gateway.py   gateway (the gateway alone in front of a Triton, e.g. the Kubernetes sidecar)
   monitor.py   top, monitoring
   tune.py      tune
 """
@@ -43,8 +44,8 @@ COMMANDS = {
     "matrix": "tools:matrix",
     "plan": "tools:plan",
     "deploy": "deploy:deploy",
-    "keys": "keys:keys",
-    "gateway": "keys:gateway",
+    "keys": "api_keys:keys",
+    "gateway": "gateway:gateway",
     "top": "monitor:top",
     "monitoring": "monitor:monitoring",
     "tune": "tune:tune",

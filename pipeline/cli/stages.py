@@ -20,6 +20,7 @@ def _run(
     dry_run: bool = False,
     host: str | None = None,
     gateway: bool = True,
+    log_stdout: bool = False,
 ) -> None:
     """Run the stages up to `until` and, for `serve`, serve what they built (`smoke`: one completion)."""
     from ..config import resolve_config
@@ -34,6 +35,8 @@ def _run(
         cfg.serving.host = host
     if not gateway:
         cfg.serving.openai.enabled = False
+    if log_stdout:
+        cfg.serving.log_stdout = True
     selected = cfg.select(variants)
     if until == "serve":
         serve.preflight(cfg)  # no tritonserver or a busy port: refused before quantizing anything
@@ -152,7 +155,14 @@ repo = _stage_command(
     default=None,
     help="With --repo: HTTP,gRPC,metrics,OpenAI ports (default 8000,8001,8002,9000; 0 picks a free one).",
 )
-def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, no_gateway, ports) -> None:
+@click.option(
+    "--log-stdout",
+    is_flag=True,
+    help="Copy tritonserver's log to stdout too (a container: kubectl logs); sets serving.log_stdout.",
+)
+def serve(
+    config_path, variants, force, skip_gate, host, repo_dir, model_name, no_gateway, ports, log_stdout
+) -> None:
     """Serve one variant's repository with tritonserver (and the OpenAI gateway) until Ctrl-C."""
     if repo_dir is not None:
         from ..errors import UsageError
@@ -177,6 +187,7 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
             host,
             gateway=not no_gateway,
             ports=chosen,
+            log_stdout=log_stdout,
         )
         return
     _run(
@@ -188,6 +199,7 @@ def serve(config_path, variants, force, skip_gate, host, repo_dir, model_name, n
         skip_gate=skip_gate,
         host=host,
         gateway=not no_gateway,
+        log_stdout=log_stdout,
     )
 
 
@@ -223,7 +235,7 @@ def generate(prompt, url, model, max_tokens, temperature, top_k, top_p, use_http
         k: v for k, v in {"temperature": temperature, "top_k": top_k, "top_p": top_p}.items() if v is not None
     }
     if api == "openai":
-        from ..bench.openai_load import api_key as find_key
+        from ..client import api_key as find_key
         from ..errors import NotFound
 
         if url is None:

@@ -15,17 +15,69 @@ from .options import config_option
 @click.option(
     "--tune", "with_tune", is_flag=True, help="Add a second variant (bf16) and a small `lpx tune` search."
 )
-def init(directory: Path, with_tune: bool) -> None:
-    """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY."""
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="A local Hugging Face checkpoint: write an lpx.yaml for it (FP8, build.target llmapi: "
+    "TensorRT-LLM's LLM API) instead of the demo.",
+)
+def init(directory: Path, with_tune: bool, checkpoint: Path | None) -> None:
+    """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY (or, with --checkpoint, an
+    lpx.yaml for a real checkpoint, built for a GPU with TensorRT-LLM's LLM API)."""
     from ..demo import ensure_checkpoint, write_demo_config
     from ..errors import UsageError
 
     if (directory / "lpx.yaml").exists():
         raise UsageError(f"{directory / 'lpx.yaml'} already exists - choose an empty folder")
+    if checkpoint is not None:
+        path = write_checkpoint_config(directory, checkpoint)
+        click.echo(f"wrote {path}\nnext: lpx plan -c {path} --gpu h100-sxm, then lpx run -c {path}")
+        return
     ensure_checkpoint(directory / "checkpoint")
     path = write_demo_config(directory, tune=with_tune)
     then = f"lpx tune -c {path}" if with_tune else f"lpx run -c {path}"
     click.echo(f"wrote {path} and {directory / 'checkpoint'}\nnext: {then}")
+
+
+def checkpoint_config(checkpoint: Path, name: str) -> dict:
+    """The lpx.yaml of a real checkpoint: one FP8 variant (FP8 KV cache), built for TensorRT-LLM's LLM
+    API (build.target llmapi, the newest line it builds for) on Hopper."""
+    from ..facts import trtllm
+
+    return {
+        "model": {"name": name, "checkpoint": str(checkpoint)},
+        "variants": [{"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "fp8"}}],
+        "build": {"target": "llmapi", "trtllm_version": trtllm.default_line("llmapi"), "archs": ["sm90"]},
+    }
+
+
+def write_checkpoint_config(directory: Path, checkpoint: Path) -> Path:
+    """Check `checkpoint` (config.json, safetensors, tokenizer) and write DIRECTORY/lpx.yaml for it."""
+    import re
+
+    import yaml
+
+    from ..config import NAME_RE, parse_config
+    from ..errors import LpxError, UsageError
+    from ..inspection.checkpoint import inspect_checkpoint
+
+    checkpoint = checkpoint.expanduser().resolve()
+    try:
+        inspect_checkpoint(checkpoint, key="--checkpoint")
+    except LpxError as exc:  # a bad argument: exit 2, like a bad config
+        raise UsageError(exc.message) from None
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", checkpoint.name).lstrip("._-").lower() or "model"
+    data = checkpoint_config(checkpoint, name if re.match(NAME_RE, name) else "model")
+    parse_config(data, "--checkpoint")  # what is written validates
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "lpx.yaml"
+    header = (
+        f"# LPX config for {checkpoint.name}: FP8 weights and KV cache, built for TensorRT-LLM's LLM API\n"
+        "# (build.target llmapi). Set build.archs / build.gpu to your GPUs; lpx config schema lists every key.\n"
+    )
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 @click.group()

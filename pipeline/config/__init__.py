@@ -102,9 +102,18 @@ class Quantization(Strict):
         return v
 
 
+class VariantBuild(Strict):
+    """What a variant overrides of the config's build section (engines compared side by side)."""
+
+    target: Literal[TARGETS] | None = Field(  # type: ignore[valid-type]
+        None, description="This variant's build target; default: build.target."
+    )
+
+
 class Variant(Strict):
     name: str = name_field(description="Used in artifact paths and file names.")
     quantization: Quantization = Field(default_factory=Quantization)
+    build: VariantBuild = Field(default_factory=VariantBuild)
 
 
 class TextSamples(Strict):
@@ -144,9 +153,11 @@ class QualityGate(Strict):
 
 class Build(Strict):
     target: Literal[TARGETS] = "torch"  # type: ignore[valid-type]
-    trtllm_version: Literal[TRTLLM_VERSIONS] = Field(  # type: ignore[valid-type]
-        trtllm.BUILD_LINES[0],
-        description=f"TensorRT-LLM line the engine/checkpoint must load in: {' or '.join(trtllm.BUILD_LINES)}.",
+    trtllm_version: Literal[TRTLLM_VERSIONS] | None = Field(  # type: ignore[valid-type]
+        None,
+        description=f"TensorRT-LLM line the engine/checkpoint must load in: {' or '.join(trtllm.BUILD_LINES)}; "
+        f"default: the newest the target builds for (engine {trtllm.ENGINE_LINES[0]}, "
+        f"llmapi {trtllm.LLMAPI_LINES[0]}).",
     )
     archs: list[str] = Field(default_factory=lambda: ["sm90"], min_length=1)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
@@ -184,7 +195,18 @@ class Build(Strict):
                 f"max_input_len ({self.max_input_len}) must be below max_seq_len ({self.max_seq_len}) "
                 "to leave room for output tokens"
             )
+        why = trtllm.target_refusal(self.target, self.trtllm_version) if self.trtllm_version else None
+        if why:
+            raise ValueError(why)
+        if self.trtllm_version is None:
+            self.__dict__["trtllm_version"] = trtllm.default_line(self.target)  # not "set": line_for
         return self
+
+    @property
+    def ranks(self) -> int:
+        """GPUs (= Triton ranks) one engine needs: tp_size x pp_size for the engine target, else 1 (llmapi,
+        torch and vllm run one process per model here)."""
+        return self.tp_size * self.pp_size if self.target == "engine" else 1
 
 
 class Config(Strict):
@@ -207,6 +229,27 @@ class Config(Strict):
             raise ValueError(f"variant names must be unique; repeated: {', '.join(dup)}")
         return v
 
+    @model_validator(mode="after")
+    def _servable(self) -> Config:
+        """Each variant's target against the TensorRT-LLM line, and its format against what that target
+        (and line) serves: refused here, before any stage runs."""
+        for i, v in enumerate(self.variants):
+            why = serving_refusal(self.build, v)
+            if why:
+                raise ValueError(f"variants[{i}] '{v.name}': {why}")
+        return self
+
+    def for_variant(self, variant: Variant) -> Config:
+        """This config as `variant` builds it: the variant's build overrides (target) applied to build,
+        and build.trtllm_version, unless the config pins it, the newest line that target builds for."""
+        target = variant.build.target
+        if target is None or target == self.build.target:
+            return self
+        build = self.build.model_copy(
+            update={"target": target, "trtllm_version": line_for(self.build, target)}
+        )
+        return self.model_copy(update={"build": build})  # a copy, not an assignment: validated already
+
     def variant(self, name: str) -> Variant:
         for v in self.variants:
             if v.name == name:
@@ -217,6 +260,39 @@ class Config(Strict):
 
     def select(self, names: tuple[str, ...] | list[str] | None) -> list[Variant]:
         return [self.variant(n) for n in names] if names else list(self.variants)
+
+
+def line_for(build: Build, target: str) -> str:
+    """The TensorRT-LLM line `target` builds for: build.trtllm_version where the config sets it, else the
+    newest line of that target (engine 1.2, llmapi 1.3)."""
+    if build.trtllm_version and "trtllm_version" in build.model_fields_set:
+        return build.trtllm_version
+    return trtllm.default_line(target)
+
+
+def serving_refusal(build: Build, variant: Variant) -> str | None:
+    """Why `variant` cannot be built with `build` (its target vs the TensorRT-LLM line, its format vs what
+    the target serves), naming the fix; None when it can. A format the line's checkpoints do not know
+    (nvfp4 on 0.16) is the build stage's check: `lpx matrix` lists such cells as excluded."""
+    target = variant.build.target or build.target
+    version = line_for(build, target)
+    q = variant.quantization
+    if target in ("engine", "llmapi"):
+        why = trtllm.target_refusal(target, version)
+        if why:
+            return why
+    if q.format in formats.SERVABLE[target]:
+        return None
+    if target in ("engine", "llmapi"):
+        known = trtllm.LINES[version].quant_algos | {None}
+        served = [f for f in formats.SERVABLE[target] if formats.QUANT_ALGO[f] in known]
+        where = f"TensorRT-LLM {version} (build.target {target})"
+    else:
+        served, where = list(formats.SERVABLE[target]), f"build.target {target}"
+    return (
+        f"{where} cannot serve format '{q.format}'; it serves {', '.join(served)} - choose one of them "
+        "for quantization.format, or another build.target for this variant"
+    )
 
 
 def _resolve_paths(cfg: Config, base: Path) -> Config:
@@ -275,8 +351,11 @@ def resolve_config(path: Path | None, report=None) -> Config:
     return load_config(path)
 
 
-def dump_config(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+def dump_config(cfg: Config, exclude_defaults: bool = False) -> str:
+    """cfg as lpx.yaml text that load_config reads back to the same Config (`exclude_defaults`: only the
+    values that differ from LPX's defaults)."""
+    data = cfg.model_dump(mode="json", exclude_defaults=exclude_defaults)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def json_schema() -> dict:

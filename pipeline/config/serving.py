@@ -98,6 +98,11 @@ class Serving(Strict):
         "tokens do not depend on the batch it shares (about 10-30% slower; see the README).",
     )
     ready_timeout_s: float = bounded(180.0, gt=0, le=DAY, limit="a day")
+    log_stdout: bool = Field(
+        False,
+        description="Copy tritonserver's log to stdout too (a container: kubectl logs); the log file is "
+        "then capped at 64 MiB. 'lpx serve --log-stdout' sets it.",
+    )
     openai: OpenAIGateway = Field(default_factory=OpenAIGateway)
 
     @model_validator(mode="after")

@@ -21,8 +21,9 @@ from .write import file_name, kustomization, write_tree
 
 
 def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
-    """Relative path -> object, for the base and one overlay per arch in build.archs."""
-    cfg.variant(variant)  # a clear error for an unknown name
+    """Relative path -> object, for the base and one overlay per arch in build.archs (as `variant` builds:
+    its own build target where it sets one)."""
+    cfg = cfg.for_variant(cfg.variant(variant))  # and a clear error for an unknown name
     if cfg.build.target == "llmapi":
         raise UsageError(
             "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
@@ -58,6 +59,8 @@ def deploy_dynamo(
     """The DynamoGraphDeployment tree (+ the engine args as files, for the local commands); returns the
     written files and the two commands that serve the same on one machine."""
     import yaml
+
+    cfg = cfg.for_variant(cfg.variant(variant))
 
     objects = dynamo.dynamo_objects(
         cfg, variant, disagg=disagg, model_path=model_path, api_version=api_version

@@ -17,6 +17,7 @@ from .k8s import (
     QUEUE_RATIO_EXPR,
     app_name,
     arch_labels,
+    config_map,
     is_lws,
     meta,
     resource,
@@ -198,6 +199,7 @@ def group_policy(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
 def base_objects(cfg: Config, variant: str) -> list[dict[str, Any]]:
     """The objects every arch shares."""
     return [
+        config_map(cfg, variant),
         *services(cfg, variant),
         network_policy(cfg, variant),
         service_monitor(cfg, variant),

@@ -23,6 +23,7 @@ reason in its `checkov.io/skip*` annotations (SKIPS below).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..config import Config
@@ -32,6 +33,8 @@ from . import mpi
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
 MODELS_MOUNT = "/models"
 KEYS_MOUNT = "/etc/lpx/keys"
+CONFIG_MOUNT = "/etc/lpx/config"  # the deployed lpx.yaml: the sidecar's serving.openai settings
+CHAT_TEMPLATE = "chat_template.jinja"  # serving.openai.chat_template's text, beside it
 LPX_HOME = "/home/lpx/.lpx"
 USER_ID = 1000
 FETCH_IMAGE = "curlimages/curl:8.11.1"  # curl + busybox tar/sha256sum, runs as non-root (uid 100)
@@ -66,14 +69,9 @@ def sm_capability(arch: str) -> tuple[int, int]:
     return n // 10, n % 10
 
 
-def world_size(cfg: Config) -> int:
-    b = cfg.build
-    return b.tp_size * b.pp_size if b.target == "engine" else 1
-
-
 def is_lws(cfg: Config) -> bool:
     """tp x pp needs more GPUs than one node has: a LeaderWorkerSet instead of a Deployment."""
-    return world_size(cfg) > cfg.deploy.gpus_per_node
+    return cfg.build.ranks > cfg.deploy.gpus_per_node
 
 
 def workload_name(cfg: Config, variant: str, arch: str) -> str:
@@ -168,7 +166,17 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     return container(
         "triton",
         d.slim_image if cfg.build.target == "torch" else d.image,
-        ["serve", "--repo", MODELS_MOUNT, "--variant", variant, "--host", "0.0.0.0", "--no-gateway"],
+        [
+            "serve",
+            "--repo",
+            MODELS_MOUNT,
+            "--variant",
+            variant,
+            "--host",
+            "0.0.0.0",
+            "--no-gateway",
+            "--log-stdout",
+        ],
         ["http", "grpc", "metrics"],
         # engine loading can take minutes on a cold node: the startup probe allows 20, then liveness rules
         (
@@ -186,11 +194,37 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     )
 
 
+def config_map(cfg: Config, variant: str) -> dict[str, Any]:
+    """The deployed lpx.yaml (values that differ from LPX's defaults), mounted into the gateway sidecar: its
+    serving.openai section is what the sidecar runs with, the same settings model `lpx serve` uses."""
+    from ..config import dump_config
+
+    deployed, files = cfg.model_copy(deep=True), {}
+    template = cfg.serving.openai.chat_template
+    if template is not None:  # a file of this machine: its text travels in the ConfigMap beside lpx.yaml
+        try:
+            files[CHAT_TEMPLATE] = Path(template).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"serving.openai.chat_template: cannot read {template} ({exc}) - point it at the Jinja "
+                "template file the gateway should use, or remove it"
+            ) from None
+        deployed.serving.openai.chat_template = Path(CONFIG_MOUNT) / CHAT_TEMPLATE
+    name = dns_name(app_name(cfg, variant), "config")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta(cfg, variant, name),
+        "data": {"lpx.yaml": dump_config(deployed, exclude_defaults=True), **files},
+    }
+
+
 def sidecar_args(cfg: Config, variant: str, arch: str) -> list[str]:
-    """`lpx gateway`'s arguments in the pod: the one place they are produced (the gateway's serving
-    settings join here once they have one source). --arch: the sidecar has no GPU, it is told which
-    repository its pod's Triton serves."""
+    """`lpx gateway`'s arguments in the pod, produced here only: every serving.openai setting through
+    `-c` (the ConfigMap above); the bind address, port and keys file are the pod's. --arch: the sidecar has
+    no GPU, it is told which repository its pod's Triton serves."""
     args = ["gateway", "--triton", f"127.0.0.1:{PORTS['grpc']}", "--repo", MODELS_MOUNT, "--variant", variant]
+    args += ["-c", f"{CONFIG_MOUNT}/lpx.yaml", "--access-log", "-"]  # the access log on stdout: kubectl logs
     args += ["--arch", arch, "--host", "0.0.0.0", "--port", str(PORTS["openai"])]
     return args + ["--keys", f"{KEYS_MOUNT}/keys.json"]
 
@@ -210,6 +244,7 @@ def gateway_container(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
         [
             ("models", MODELS_MOUNT, True),
             ("keys", KEYS_MOUNT, True),
+            ("config", CONFIG_MOUNT, True),
             ("lpx-home", LPX_HOME, False),
             ("tmp", "/tmp", False),
         ],
@@ -329,7 +364,10 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
             {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
         ]
         + (
-            [{"name": "keys", "secret": {"secretName": d.keys_secret, "defaultMode": 0o400}}]
+            [
+                {"name": "keys", "secret": {"secretName": d.keys_secret, "defaultMode": 0o400}},
+                {"name": "config", "configMap": {"name": config_map(cfg, variant)["metadata"]["name"]}},
+            ]
             if gateway
             else []
         ),
@@ -351,7 +389,7 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}},
-                "spec": pod_spec(cfg, variant, arch, world_size(cfg)),
+                "spec": pod_spec(cfg, variant, arch, cfg.build.ranks),
             },
         },
     )
@@ -363,7 +401,7 @@ def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
     mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
     per_node = cfg.deploy.gpus_per_node
-    world = world_size(cfg)
+    world = cfg.build.ranks
     if world % per_node:
         raise UsageError(
             f"tp_size x pp_size = {world} GPUs do not fill whole nodes of {per_node} - set "

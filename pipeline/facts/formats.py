@@ -51,3 +51,17 @@ def arch_refusal(fmt: str, kv_cache: str, sm: int) -> str | None:
     if sm < KV_CACHE_TYPES[kv_cache]:
         return f"kv_cache '{kv_cache}' needs sm{KV_CACHE_TYPES[kv_cache]} or newer"
     return None
+
+
+# engine (build.target) -> the formats it serves, whatever the TensorRT-LLM line (the line's own limits are
+# facts/trtllm.py's quant_algos). Sources: engine, TensorRT-LLM's checkpoint QuantAlgo names
+# (tests/contracts/trtllm_checkpoint.json); llmapi, the PyTorch backend's recipes in TensorRT-LLM's
+# docs/source/features/quantization.md (FP4, FP8, FP8 KV, W4A16 / W4A8 AWQ and GPTQ; no INT8
+# SmoothQuant); torch, LPX's reference engine runs ModelOpt's fake-quant forward of every format; vllm,
+# vLLM's ModelOpt loader reads hf_quant_config.json for FP8 and NVFP4 only.
+SERVABLE: dict[str, tuple[str, ...]] = {
+    "engine": tuple(FORMATS),
+    "llmapi": ("none", "fp8", "int4_awq", "w4a8_awq", "nvfp4"),
+    "torch": tuple(FORMATS),
+    "vllm": ("none", "fp8", "nvfp4"),
+}

@@ -6,6 +6,14 @@ tensorrtllm_backend_models.json, trtllm_checkpoint.json): the build and reposito
 per-version tables (flags, backend parameters, tensors) by it. A line without a contract is one
 `lpx doctor` can check a machine against, but LPX does not build for (build.trtllm_version refuses it).
 `evidence` says where the container / CUDA / driver figures come from ("verified" or "lead").
+`engine`: whether LPX builds trtllm-build engines for the line (build.target engine). TensorRT-LLM
+deprecated its TensorRT engine path in the 1.3 line (NVIDIA/TensorRT-LLM PR #11723, 2026-02-25:
+DeprecationWarning on trtllm-build, convert_checkpoint.py and LLM(backend="tensorrt")) and removed it on
+main afterwards (#15767 migration guide "PyTorch is now the sole execution backend", #15907 Triton C++
+backend, #15918 BuildConfig / TrtLlmArgs / Builder, #16369 TensorRT in the C++ build): from 1.3 on,
+LPX serves TensorRT-LLM through the LLM API's PyTorch backend only (build.target llmapi).
+`llmapi_contract`: the file in tests/contracts/ that holds the line's LLM-API option names (the
+llmapi target's options are checked against it).
 """
 
 from __future__ import annotations
@@ -26,14 +34,36 @@ class Line:
     cuda: str
     min_driver: int
     evidence: str
+    engine: bool = True  # LPX builds trtllm-build engines for it (build.target engine)
+    llmapi_contract: str | None = None  # tests/contracts/ file of its LLM-API option names
 
 
 _ALGOS_016 = frozenset({"FP8", "W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL", "INT8"})
 # Sources for quant_algos: tests/contracts/trtllm_checkpoint.json (QuantAlgo.values_latest and
 # v0.16.0_referenced_members); NVFP4 post-dates v0.16.0.
+# 1.3: what the PyTorch backend serves, from NVIDIA/TensorRT-LLM docs/source/features/quantization.md
+# (FP4, FP8 per tensor / block scaling / rowwise, FP8 KV cache, W4A16 / W4A8 AWQ and GPTQ; no INT8
+# SmoothQuant and no INT8 KV cache): the TensorRT engine path that ran W8A8_SQ is deprecated in 1.3.
+_ALGOS_13 = frozenset({"FP8", "NVFP4", "W4A16_AWQ", "W4A8_AWQ"})
 LINES: dict[str, Line] = {
     line.name: line
     for line in (
+        Line(
+            name="1.3",
+            release="1.3.0rc29",
+            contract="latest",
+            quant_algos=_ALGOS_13,
+            llmapi=True,
+            container="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc<N>",
+            cuda="13",
+            min_driver=580,
+            evidence="lead: docs published for 1.3.0rc7..1.3.0rc29 (nvidia.github.io/TensorRT-LLM/1.3.0rc29/); "
+            "the 1.3.0rc images are nvcr.io/nvidia/tensorrt-llm/release:1.3.0rcN (1.3.0rc14 seen in use); "
+            "CUDA 13 plumbing in 1.3.0rc16 (2026-05-26); a 1.3 Triton trtllm-python-py3 tag, the exact CUDA "
+            "and the driver floor were not confirmed (CUDA 13 needs driver >= 580)",
+            engine=False,
+            llmapi_contract="trtllm_llmapi_options_1.3.json",
+        ),
         Line(
             name="1.2",
             release="1.2.x",
@@ -44,6 +74,7 @@ LINES: dict[str, Line] = {
             cuda="13",
             min_driver=580,
             evidence="lead: the 1.2.x line builds against CUDA 13 (driver >= 580); container tag not checked",
+            llmapi_contract="trtllm_llmapi_options.json",
         ),
         Line(
             name="1.1",
@@ -73,6 +104,9 @@ LINES: dict[str, Line] = {
 }
 # The lines LPX builds engines and repositories for (build.trtllm_version's choices), newest first.
 BUILD_LINES: tuple[str, ...] = tuple(name for name, line in LINES.items() if line.contract)
+# The lines build.target engine (trtllm-build) and llmapi build for, newest first.
+ENGINE_LINES: tuple[str, ...] = tuple(n for n in BUILD_LINES if LINES[n].engine)
+LLMAPI_LINES: tuple[str, ...] = tuple(n for n in BUILD_LINES if LINES[n].llmapi)
 # nvidia-pytriton wheel -> the tritonserver it bundles (seen on these machines)
 PYTRITON_SERVER = {"0.7.0": "2.51"}
 
@@ -92,6 +126,27 @@ def contract_version(version: str) -> str:
     return line(version).contract  # type: ignore[return-value]
 
 
+def default_line(target: str) -> str:
+    """build.trtllm_version when the config leaves it out: the newest line `target` builds for."""
+    return (ENGINE_LINES if target == "engine" else LLMAPI_LINES if target == "llmapi" else BUILD_LINES)[0]
+
+
+def target_refusal(target: str, version: str) -> str | None:
+    """Why build.target cannot build for TensorRT-LLM `version` ("... - fix"), or None."""
+    if target == "engine" and not LINES[version].engine:
+        return (
+            f"build.target engine (trtllm-build) is deprecated in TensorRT-LLM {version} and removed after it "
+            f"(PyTorch is its sole execution backend) - use build.target: llmapi, or pin "
+            f"build.trtllm_version: '{ENGINE_LINES[0]}' to keep building engines"
+        )
+    if target == "llmapi" and not LINES[version].llmapi:
+        return (
+            f"build.target llmapi needs TensorRT-LLM >= {LLMAPI_LINES[-1]} (the LLM API's PyTorch backend) - "
+            f"set build.trtllm_version: '{LLMAPI_LINES[0]}', or use build.target: engine for TensorRT-LLM {version}"
+        )
+    return None
+
+
 def unknown_algo(fmt: str, kv_cache: str, version: str) -> str | None:
     """Why a TensorRT-LLM line cannot load this format / KV-cache type ("format 'x' (ALGO) is not known to
     TensorRT-LLM v"), or None."""
@@ -104,5 +159,5 @@ def unknown_algo(fmt: str, kv_cache: str, version: str) -> str | None:
 
 
 def newest_with(algo: str) -> str | None:
-    """The newest line LPX builds for whose checkpoints know `algo`, or None."""
-    return next((name for name in BUILD_LINES if algo in LINES[name].quant_algos), None)
+    """The newest line LPX builds trtllm-build engines for whose checkpoints know `algo`, or None."""
+    return next((name for name in ENGINE_LINES if algo in LINES[name].quant_algos), None)

@@ -16,6 +16,6 @@ gRPC (no preprocessing / postprocessing / ensemble hop), detokenizes and applies
   text.py        tokenizer, chat template, incremental detokenizer, stop sequences
   triton.py      the gRPC side: the model's interface, one streaming call per request, cancellation
   responses.py   OpenAI's response objects and server-sent events
-  keys.py        hashed API keys (`lpx keys`); ratelimit.py per-key limits; metrics.py metrics + access log
+  api_keys.py    hashed API keys (`lpx keys`); ratelimit.py per-key limits; metrics.py metrics + access log
   errors.py      every error in OpenAI's shape
 """

@@ -15,7 +15,6 @@ A client that disconnects (a stream or a whole answer) cancels its gRPC call, so
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -26,15 +25,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from . import errors
+from .api_keys import KeyRing
 from .choices import Choices
 from .errors import ApiError, TooLarge
-from .generation import Generation, Piece, end_ids, plans
-from .keys import KeyRing
+from .flow import collect_all, start_choices
+from .flow import finish as _finish
+from .flow import until_disconnect as _until_disconnect
+from .generation import Piece, end_ids
 from .metrics import AccessLog, Metrics
 from .middleware import Gate
 from .ratelimit import RateLimits
 from .responses import DONE, Renderer
-from .schemas import ChatCompletionRequest, CompletionRequest, model_mismatch
+from .schemas import ChatCompletionRequest, CompletionRequest
 from .settings import GatewaySettings
 
 log = logging.getLogger("lpx.gateway")
@@ -50,7 +52,7 @@ class Gateway:
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.keys = KeyRing(settings.keys_file)
+        self.keys = KeyRing(settings.api_keys_file)
         self.metrics = Metrics()
         self.access = AccessLog(settings.access_log, settings.log_prompts)
         self.limits = RateLimits(
@@ -196,59 +198,13 @@ async def _body(request: Request, model: type) -> Any:
     return parse_body(raw, model)
 
 
-async def start_choices(gw: Gateway, body: Any, request: Request) -> Choices:
-    """Admit one generation request and start its choices (not yet read): the model checked, the rate
-    limits admitted and spent on the prompt tokens, one engine request per choice."""
-    s = gw.settings
-    rec = request.scope["state"]["lpx"]
-    rec["stream"], rec["model"] = body.stream, body.model
-    if body.model != s.model_name:
-        raise model_mismatch(body.model, s.model_name)
-    key = rec.get("key")
-    await gw.limits.admit(key, rec["key_id"])
-    info = await gw.model_info()
-    jobs = plans(body, gw.codec, info, gw.ends)
-    n = getattr(body, "n", None) or 1
-    prompt_tokens = sum(len(job.ids) for job in jobs[::n])
-    rec["prompt_tokens"] = prompt_tokens
-    if gw.access.log_prompts:
-        rec["prompt"] = jobs[0].prompt if len(jobs) == 1 else [job.prompt for job in jobs[::n]]
-    await gw.limits.spend(key, rec["key_id"], prompt_tokens)
-    rid = rec["request_id"]
-    gens = [
-        Generation(
-            job, gw.triton, info, gw.codec, rid if len(jobs) == 1 else f"{rid}-{i}", s.request_timeout_s
-        )
-        for i, job in enumerate(jobs)
-    ]
-    rec["generated"] = True
-    gw.metrics.in_flight.inc()
-    return Choices(gens, n)
-
-
-async def collect_all(gw: Gateway, gen: Choices, rec: dict, pieces: Any, request: Request) -> list | None:
-    """Every piece of a whole answer; None when the client left first (the record says so)."""
-    collected: list[Piece] = []
-
-    async def collect() -> None:
-        async for piece in pieces:
-            collected.append(piece)
-
-    try:
-        if not await _until_disconnect(collect(), request.receive):
-            rec["disconnected"] = True
-            return None
-        return collected
-    finally:
-        await _finish(gw, gen, rec, pieces)
-
-
 async def generate(
     gw: Gateway, body: CompletionRequest | ChatCompletionRequest, request: Request, chat: bool
 ) -> Any:
     rec = request.scope["state"]["lpx"]
     gen = await start_choices(gw, body, request)
     render = Renderer(chat, rec["request_id"], gw.settings.model_name, gw.codec, body.include_usage)
+    render.tools = {g.plan.index: g.plan.tools for g in gen.gens if g.plan.tools is not None}
     pieces = gen.pieces()
     if not body.stream:
         collected = await collect_all(gw, gen, rec, pieces, request)
@@ -263,50 +219,6 @@ async def generate(
         await _finish(gw, gen, rec, pieces)
         raise
     return SSEResponse(gw, gen, render, first, pieces, rec)
-
-
-async def _finish(gw: Gateway, gen: Choices, rec: dict, pieces: Any) -> None:
-    """Once per generation request: close the engine streams, count and record."""
-    if rec.get("finished"):
-        return
-    rec["finished"] = True
-    try:
-        await pieces.aclose()
-    finally:
-        gw.metrics.in_flight.dec()
-        rec.update(
-            prompt_tokens=gen.prompt_tokens,
-            completion_tokens=gen.completion_tokens,
-            finish_reason=gen.finish_reason,
-            first_token_at=gen.first_token_at,
-            last_token_at=gen.last_token_at,
-        )
-        await gw.limits.spend(rec.get("key"), rec["key_id"], gen.completion_tokens)
-
-
-async def _until_disconnect(work: Any, receive: Any) -> bool:
-    """Run `work` unless the client disconnects first (then cancel it); True if it ran to the end."""
-    task = asyncio.ensure_future(work)
-    listener = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # we were cancelled ourselves (the drain ran out): so is the work,
-        listener.cancel()  # and its cleanup (the gRPC call closed, the record filled) ends before the answer
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise
-    listener.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return False
-    task.result()  # re-raise its error
-    return True
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class SSEResponse(Response):

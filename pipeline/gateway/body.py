@@ -12,9 +12,14 @@ from .errors import ApiError, bad_request, from_validation
 
 
 def _kind(value: Any) -> str:
-    from .schemas import _kind as kind
-
-    return kind(value)
+    """A JSON value's kind, for messages ("a string", "a boolean", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "a string", list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 # -- the body before the models: media type, UTF-8, strict JSON ------------------------------------

@@ -41,6 +41,7 @@ class Plan:
     index: int = 0  # the choice's index
     echo: str = ""  # completions' echo: the prompt's text, sent before the answer
     top_logprobs: int = 0  # alternatives per token (0: the sampled token's only)
+    tools: Any = None  # tools.ToolCalls when the answer may be tool calls (one per choice: it keeps state)
 
 
 @dataclass
@@ -142,10 +143,9 @@ def plans(
     req.refuse()
     n = req.n or 1
     if isinstance(req, ChatCompletionRequest):
-        messages = [m.model_dump(exclude_none=True) | {"content": m.text()} for m in req.messages]
+        tm, messages, ids = _chat_prompt(req, codec)
         param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
-        ids = codec.encode_chat(messages)
-        first = plan_one(req, ids, messages, req.asked_tokens(), param, info, None, codec.vocab_size)
+        first = plan_one(req, ids, messages, req.asked_tokens(), param, info, None, codec.vocab_size, tm)
         firsts = [first]
     else:
         firsts = []
@@ -164,7 +164,8 @@ def plans(
             if sample and "seed" in values:
                 values["seed"] = (values["seed"] + sample) % UINT64
             index = len(out)
-            out.append(replace(first, values=values, index=index))
+            calls = _tool_calls(first.tools.tm) if first.tools is not None else None
+            out.append(replace(first, values=values, index=index, tools=calls))
     if ends:
         for one in out:
             one.values["end_id"] = ends[0]
@@ -203,8 +204,10 @@ def plan_one(
     info: ModelInfo,
     default: int | None = None,
     vocab: int = 0,
+    tm: Any = None,
 ) -> Plan:
-    """One prompt's plan (choice 0); `default`: max_tokens when absent (None: what remains)."""
+    """One prompt's plan (choice 0); `default`: max_tokens when absent (None: what remains); `tm`: the
+    chat request's tools.ToolMode (its guide constrains the answer; its calls are parsed from it)."""
     if not ids:
         raise bad_request("The prompt is empty after tokenization - send some text", "prompt")
     if asked is None and default is not None:  # the default, within the cap and the room left
@@ -230,7 +233,48 @@ def plan_one(
         values["return_log_probs"] = True
     if k:
         values[TOP_INPUT] = k
-    return Plan(ids, max_tokens, values, req.stops(), logprobs, frozenset(), prompt, top_logprobs=k)
+    values.update(_guided(req, tm, info))
+    return Plan(
+        ids,
+        max_tokens,
+        values,
+        req.stops(),
+        logprobs,
+        frozenset(),
+        prompt,
+        top_logprobs=k,
+        tools=_tool_calls(tm),
+    )
+
+
+def _chat_prompt(req: ChatCompletionRequest, codec: TextCodec) -> tuple[Any, list[dict[str, Any]], list[int]]:
+    """(tools.ToolMode, the messages as the template takes them, the prompt ids)."""
+    from . import tools
+
+    tm = tools.tool_mode(req, tools.parser_for(codec))
+    messages = tools.template_messages(req.messages)
+    return tm, messages, codec.encode_chat(messages, tools.template_tools(tm))
+
+
+def _guided(req: CompletionRequest | ChatCompletionRequest, tm: Any, info: ModelInfo) -> dict[str, Any]:
+    """The guided-decoding inputs of structured outputs or a required / named tool call (structured.py)."""
+    from .structured import engine_values, request_guide
+
+    guide = request_guide(req)
+    if tm is not None and tm.guide is not None:
+        if guide is not None:
+            raise bad_request(
+                f"tool_choice {tm.mode} and {guide.param} both constrain the answer - send one of them",
+                "tool_choice",
+            )
+        guide = tm.guide
+    return engine_values(guide, info) if guide is not None else {}
+
+
+def _tool_calls(tm: Any) -> Any:
+    from .tools import ToolCalls
+
+    return ToolCalls(tm) if tm is not None and tm.calls else None
 
 
 class Generation:

@@ -19,8 +19,8 @@ import secrets
 import time
 from typing import Any
 
+from .api_keys import ANONYMOUS, KeyRing
 from .errors import ApiError, TooLarge, unexpected
-from .keys import ANONYMOUS, KeyRing
 from .metrics import AccessLog, Metrics
 from .responses import DONE, Renderer
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import time
 
+from .api_keys import Key
 from .errors import ApiError
-from .keys import Key
 
 
 def async_uri(uri: str) -> str:

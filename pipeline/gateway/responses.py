@@ -39,6 +39,9 @@ class Renderer:
         )
         self._head = head[:-1] + ',"choices":[{"index":'
         self._tail = "}]" + (',"usage":null' if include_usage else "") + "}"
+        # choice index -> tools.ToolCalls where the answer may be tool calls (set per request, one per
+        # choice: each parses its own text)
+        self.tools: dict[int, Any] = {}
 
     # -- log probabilities --------------------------------------------------------------------
     def _entry(self, token: int, lp: float) -> dict[str, Any]:
@@ -85,6 +88,9 @@ class Renderer:
         )
 
     def chunk(self, piece: Piece, offset: int) -> bytes:
+        calls = self.tools.get(piece.index) if self.chat else None
+        if calls is not None:
+            return self._tool_chunk(calls, piece, offset)
         lp = self.logprobs(piece, offset)
         lp_text = "null" if lp is None else json.dumps(lp)
         if self.chat:
@@ -93,9 +99,23 @@ class Renderer:
             body = '"text":' + json.dumps(piece.text) + ',"logprobs":' + lp_text
         return _event(self._head + str(piece.index) + "," + body + ',"finish_reason":null' + self._tail)
 
+    def _delta_chunk(self, index: int, delta: dict[str, Any], lp: Any = None) -> bytes:
+        body = '"delta":' + json.dumps(delta, ensure_ascii=False) + ',"logprobs":' + json.dumps(lp)
+        return _event(self._head + str(index) + "," + body + ',"finish_reason":null' + self._tail)
+
+    def _tool_chunk(self, calls: Any, piece: Piece, offset: int) -> bytes:
+        """A tool request's piece: a named call's argument delta, or nothing yet (tools.ToolCalls)."""
+        delta = calls.delta(piece.text)
+        return b"" if delta is None else self._delta_chunk(piece.index, delta, self.logprobs(piece, offset))
+
     def finish_chunk(self, reason: str, index: int = 0) -> bytes:
+        head = b""
+        calls = self.tools.get(index) if self.chat else None
+        if calls is not None:
+            deltas, reason = calls.end(reason)
+            head = b"".join(self._delta_chunk(index, d) for d in deltas)
         body = '"delta":{}' if self.chat else '"text":""'
-        return _event(
+        return head + _event(
             self._head
             + str(index)
             + ","
@@ -136,7 +156,10 @@ class Renderer:
             top = [a for p in pieces for a in (p.top or [])] if any(p.top for p in pieces) else None
             lp = self.logprobs(Piece(text, tokens, values, top=top), 0)
         if self.chat:
-            message = {"role": "assistant", "content": text}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            calls = self.tools.get(index)
+            if calls is not None:
+                message, finish = calls.message(text, finish)
             return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
         return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field, StringConstraints
 
 from .errors import ApiError, bad_request, from_validation
+from .flow import collect_all, finish, start_choices, until_disconnect
 from .schemas import INT32, MAX_MESSAGES, Body, ChatCompletionRequest, Short, check_content
 
 SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -175,8 +176,6 @@ class Shapes:
 
 
 async def respond(gw: Any, body: ResponsesRequest, request: Any, chat: bool) -> Any:
-    from .app import collect_all, start_choices
-
     body.refuse()
     rec = request.scope["state"]["lpx"]
     gen = await start_choices(gw, body.chat(), request)
@@ -205,18 +204,16 @@ class ResponsesStream(Response):
         return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        from .app import _finish, _until_disconnect
-
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
         ended = False
         try:
-            ended = await _until_disconnect(self._write(send), receive)
+            ended = await until_disconnect(self._write(send), receive)
         except OSError:
             ended = False
         finally:
             if not ended:
                 self.rec["disconnected"] = True
-            await _finish(self.gw, self.gen, self.rec, self.pieces)
+            await finish(self.gw, self.gen, self.rec, self.pieces)
 
     async def _write(self, send: Any) -> None:
         s, where = self.shapes, {"item_id": self.shapes.msg_id, "output_index": 0, "content_index": 0}

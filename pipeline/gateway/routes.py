@@ -118,7 +118,7 @@ def _tokenizer_routes(app: FastAPI, gw: Any) -> None:
             for i, message in enumerate(body.messages):
                 message.refuse(i)
             messages = [m.model_dump(exclude_none=True) | {"content": m.text()} for m in body.messages]
-            ids = codec.encode_chat(messages, body.add_generation_prompt)
+            ids = codec.encode_chat(messages, add_generation_prompt=body.add_generation_prompt)
         elif body.add_special_tokens:
             ids = codec.encode(body.prompt)
         else:

@@ -6,8 +6,10 @@ number and list is bounded (a value the engine's int32 / uint64 inputs cannot ho
 field, never a 500). Unknown fields are refused (as OpenAI does) so a misspelt parameter is not silently
 ignored; fields a client library sends by habit (user, metadata, store, service_tier) are accepted and
 ignored. Fields the gateway cannot honour (best_of, logit_bias, suffix) are declared so that they are
-refused with a message naming the fix rather than "unknown". vLLM's sampling extensions the load tools
-send (top_k, min_tokens, ignore_eos, repetition_penalty) are taken with vLLM's names and bounds. `read_json` reads the body first (media type, UTF-8, JSON, duplicate keys, depth).
+refused with a message naming the fix rather than "unknown". Structured outputs (response_format,
+structured_outputs) and tools are served (structured.py, tools.py). vLLM's sampling extensions the load
+tools send (top_k, min_tokens, ignore_eos, repetition_penalty) are taken with vLLM's names and bounds.
+`read_json` reads the body first (media type, UTF-8, JSON, duplicate keys, depth).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic_core import PydanticCustomError
 
-from .body import check_media_type, parse_body, read_json  # noqa: F401 (their old home)
+from .body import _kind, check_media_type, parse_body, read_json  # noqa: F401 (their old home)
 from .errors import ApiError, bad_request
 
 MAX_STOPS = 4
@@ -40,17 +42,6 @@ class Body(BaseModel):
 class StreamOptions(Body):
     include_usage: bool = False
     continuous_usage_stats: bool = False
-
-
-def _kind(value: Any) -> str:
-    """A JSON value's kind, for messages ("a string", "a boolean", ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return {str: "a string", list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def _invalid(message: str, **ctx: Any) -> PydanticCustomError:
@@ -131,6 +122,9 @@ class Sampling(Body):
     ) = Field(None, max_length=16)
     store: bool | None = None
     service_tier: Short | None = None
+    # -- structured outputs (structured.py): vLLM's extension and OpenAI's response_format ----------
+    structured_outputs: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
     _stop = field_validator("stop", mode="plain")(check_stop)
 
@@ -265,25 +259,18 @@ class ChatCompletionRequest(Sampling):
     functions: Annotated[list[Any], Field(max_length=128)] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     modalities: Annotated[list[Short], Field(max_length=4)] | None = None
 
     def refuse(self) -> None:
         self.refuse_common()
         for i, message in enumerate(self.messages):
             message.refuse(i)
-        for name in ("tools", "functions", "tool_choice", "function_call"):
+        for name in ("functions", "function_call"):  # (tools and tool_choice: tools.py)
             value = getattr(self, name)
             if value and value != "none":
                 raise bad_request(
-                    f"{name} is not supported by this server (no tool calling) - leave it out", name
+                    f"{name} is OpenAI's deprecated form - send tools and tool_choice instead", name
                 )
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise bad_request(
-                f"response_format {self.response_format.get('type')!r} is not supported - "
-                "leave it out (plain text)",
-                "response_format",
-            )
         if self.modalities and self.modalities != ["text"]:
             raise bad_request("only the text modality is served - leave modalities out", "modalities")
         if self.top_logprobs and not self.logprobs:

@@ -39,6 +39,14 @@ TOP_INPUT = "top_log_probs_k"
 TOP_OUTPUTS = ("top_log_probs", "top_log_prob_ids")
 
 
+def _raw(dtype: str, value: Any) -> bytes:
+    """One element as Triton's raw input bytes (BYTES: a little-endian uint32 length, then the bytes)."""
+    if dtype == "BYTES":
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return struct.pack("<I", len(data)) + data
+    return struct.pack(PACK[dtype], value)
+
+
 class EngineError(Exception):
     """Triton or the engine refused or failed a request; `invalid`: the request's fault (400)."""
 
@@ -195,7 +203,7 @@ class Triton:
             if dtype is None or value is None:
                 continue
             req.inputs.add(name=name, datatype=dtype, shape=[1, 1])
-            req.raw_input_contents.append(struct.pack(PACK[dtype], value))
+            req.raw_input_contents.append(_raw(dtype, value))
         # only the outputs read here (an engine's other outputs would be sent and parsed for nothing)
         for name in WANTED:
             if name == "output_log_probs" and not values.get("return_log_probs"):

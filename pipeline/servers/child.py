@@ -10,11 +10,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 LOG_TAIL_LINES = 30
+# With echo, the child's output goes to stdout (a pod's `kubectl logs`) and its log file keeps this much, for
+# the error tail and the known-abort check; a log volume of fixed size never fills
+ECHO_FILE_CAP = 64 << 20
 
 
 def die_with_parent() -> None:
@@ -28,18 +33,48 @@ def die_with_parent() -> None:
 
 
 def spawn(
-    argv: Sequence[str], log_path: Path | None, env: dict[str, str] | None = None, append: bool = False
+    argv: Sequence[str],
+    log_path: Path | None,
+    env: dict[str, str] | None = None,
+    append: bool = False,
+    echo: bool = False,
 ) -> subprocess.Popen:
     """Start `argv` in a session of its own that dies with this process, stdin closed, stdout and stderr
-    into `log_path` (appended to with `append`), or, when `log_path` is None, into a pipe of text lines
-    the caller reads (undecodable bytes replaced)."""
+    into `log_path` (appended to with `append`; with `echo` also copied to this process's stdout, the file
+    capped at ECHO_FILE_CAP), or, when `log_path` is None, into a pipe of text lines the caller reads
+    (undecodable bytes replaced)."""
     kwargs = dict(stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent)
     if log_path is None:
         pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
         return subprocess.Popen(list(argv), **pipe, **kwargs)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if echo:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+        copy = threading.Thread(
+            target=_tee, args=(proc.stdout, log_path, append), name="child-log", daemon=True
+        )
+        copy.start()
+        return proc
     with open(log_path, "ab" if append else "wb") as log:
         return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, **kwargs)
+
+
+def _tee(stream, log_path: Path, append: bool) -> None:
+    """Copy a child's output line by line to stdout and to `log_path` (up to ECHO_FILE_CAP bytes)."""
+    written = 0
+    with open(log_path, "ab" if append else "wb") as log:
+        for line in iter(stream.readline, b""):
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+            if written < ECHO_FILE_CAP:
+                log.write(line)
+                log.flush()
+                written += len(line)
+                if written >= ECHO_FILE_CAP:
+                    log.write(
+                        b"[lpx: this file stops here (ECHO_FILE_CAP); the rest of the log is on stdout]\n"
+                    )
+                    log.flush()
 
 
 def kill_group(pgid: int, wait_s: float = 5.0) -> None:

@@ -76,7 +76,9 @@ class TritonServer:
         exit_timeout_s: int = 10,
         world_size: int = 1,
         notify: Callable[[str], None] | None = None,
+        echo: bool = False,
     ):
+        self.echo = echo  # its log on stdout too (a pod: kubectl logs), the file capped
         self.world_size = int(world_size)
         self.notify = notify or _stderr_notice
         self.repo = Path(repo)
@@ -194,7 +196,7 @@ class TritonServer:
         backends = private_backends(root) if root else None
         if self.log_path is None:
             self.log_path = home() / "triton" / "logs" / f"tritonserver-{self.shm_prefix.rstrip('_')}.log"
-        self.proc = spawn(self.command(binary, backends), self.log_path, env)
+        self.proc = spawn(self.command(binary, backends), self.log_path, env, echo=self.echo)
 
     def _keep_log(self) -> Path:
         """Move the aborted attempt's log aside (the restart writes a new one); returns where it went."""

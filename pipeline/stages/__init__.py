@@ -10,7 +10,7 @@
 Each stage owns three things and the runner (pipeline/runner.py) only orders them and reports:
     check(ctx, variant)        what can be refused before any work (a UsageError naming the fix)
     inputs(ctx, variant, ...)  everything that shapes the output, hashed into the artifact's key
-                               (pipeline/keys.py): upstream keys, config values, the generated
+                               (pipeline/cache_keys.py): upstream keys, config values, the generated
                                argv / config.pbtxt / options, tool versions, and `code`: the
                                fingerprint of the modules listed in its CODE
     run(ctx, variant, ..., out) write the output into the staging folder `out`; returns the manifest's results

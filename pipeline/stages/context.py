@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..artifacts import Store
+from ..cache_keys import file_fingerprint
 from ..config import Config
 from ..inspection.checkpoint import CheckpointInfo, inspect_checkpoint
-from ..keys import file_fingerprint
 from ..progress import Reporter
 from ..texts import TextSet, load_texts
 

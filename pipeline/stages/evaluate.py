@@ -12,10 +12,10 @@ from pathlib import Path
 
 from .. import toolchain
 from ..artifacts import Artifact
+from ..cache_keys import code_fingerprint
 from ..config import QualityGate, Variant
 from ..errors import UsageError
 from ..facts.formats import CUDA_ONLY
-from ..keys import code_fingerprint
 from .context import Context
 from .quantize.model_io import STATE_FILE, device, load_model, load_tokenizer, restore
 

@@ -18,8 +18,8 @@ from ..bench.load import ENGINE, LoadSpec, Run, run_closed, run_open
 from ..bench.metrics import summarize
 from ..bench.options import BenchOptions
 from ..bench.target import declare, load_spec, vocab_of
+from ..cache_keys import code_fingerprint, make_key
 from ..config import Config
-from ..keys import code_fingerprint, make_key
 from .search import SearchSettings, search
 from .space import Cell, cell_config
 
@@ -217,8 +217,8 @@ def serve_and_search(
 def measure_remote(cell: Cell, m: Measurement, api_key: str | None, say: Callable[[str], None]) -> dict:
     """A server the user runs (vLLM, trtllm-serve, Dynamo, LPX's gateway), measured over OpenAI's API with
     the same search; nothing is built and nothing is cached (the server may change between runs)."""
-    from ..bench.openai_load import api_key as find_key
-    from ..bench.openai_load import served_model
+    from ..client import api_key as find_key
+    from ..client import served_model
 
     key = find_key(api_key)
     url = cell.url or ""

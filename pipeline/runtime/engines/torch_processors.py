@@ -36,6 +36,8 @@ from transformers.generation.continuous_batching.cb_logits_processors import (
     ContinuousBatchingTemperatureLogitsWarper,
 )
 
+from .torch_sampling import generated_count, install_seeded
+
 # request option -> (type transformers checks, the value that turns it off)
 PENALTY_DEFAULTS: dict[str, Any] = {
     "repetition_penalty": 1.0,
@@ -51,12 +53,6 @@ OPTION_TYPES: dict[str, type] = {
     "return_log_probs": bool,
     "top_log_probs_k": int,
 }
-
-
-def generated_count(state) -> int:
-    """Tokens generated so far (a soft-reset request keeps earlier ones in its prompt)."""
-    extra = len(state.initial_tokens) - state._true_initial_tokens if state._true_initial_tokens else 0
-    return extra + len(state.generated_tokens)
 
 
 class Penalties(ContinuousBatchingLogitsProcessor):
@@ -200,7 +196,5 @@ def install(manager) -> LogprobTail:
     procs.tensors_required += 2
     procs._retrieve_processors_kwargs()
     procs.do_processing = True
-    from .torch_sampling import install_seeded  # (it imports this module)
-
     tail.sampler = install_seeded(manager)
     return tail

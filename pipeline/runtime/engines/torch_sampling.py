@@ -21,8 +21,6 @@ from __future__ import annotations
 import torch
 from transformers.generation.continuous_batching.cb_logits_processors import ContinuousBatchingLogitsProcessor
 
-from .torch_processors import generated_count
-
 MASK64 = (1 << 64) - 1
 
 
@@ -32,6 +30,12 @@ def splitmix64(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
     return x ^ (x >> 31)
+
+
+def generated_count(state) -> int:
+    """Tokens generated so far (a soft-reset request keeps earlier ones in its prompt)."""
+    extra = len(state.initial_tokens) - state._true_initial_tokens if state._true_initial_tokens else 0
+    return extra + len(state.generated_tokens)
 
 
 def draw(scores: torch.Tensor, seed: int, step: int) -> int:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from ... import toolchain
 from ...artifacts import Artifact
-from ...config import Variant
+from ...cache_keys import code_fingerprint
+from ...config import Variant, serving_refusal
 from ...errors import LpxError, UsageError
 from ...facts import trtllm
 from ...facts.formats import arch_refusal, sm_number
-from ...keys import code_fingerprint
 from ..context import ANY_ARCH, Context
 from ..quantize.model_io import STATE_FILE
 from . import engine_target, llmapi, torch_target
@@ -52,6 +52,9 @@ def check(ctx: Context, variant: Variant) -> None:
 
     b, q = ctx.cfg.build, variant.quantization
     where = f"variant '{variant.name}'"
+    why = serving_refusal(b, variant)  # the config refused it already; a config built in code is checked here
+    if why:
+        raise UsageError(f"{where}: {why}")
     for arch in b.archs:
         why = arch_refusal(q.format, q.kv_cache, sm_number(arch))
         if why:
@@ -59,10 +62,10 @@ def check(ctx: Context, variant: Variant) -> None:
                 f"{where}: {why}, but build.archs lists {arch} - "
                 f"drop {arch} from build.archs or choose another format for it"
             )
-    why = trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version)
+    why = trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version) if b.target != "torch" else None
     if why:
         raise UsageError(
-            f"{where}: {why} - set build.trtllm_version: {trtllm.BUILD_LINES[0]} or choose another format"
+            f"{where}: {why} - set build.trtllm_version: {trtllm.default_line(b.target)} or choose another format"
         )
     info, _ = ctx.checkpoint()
     if info.max_positions and b.max_seq_len > info.max_positions:
@@ -97,7 +100,7 @@ def target_gpus(ctx: Context) -> list:
             ctx.report.warn(f"{present.name} is not in LPX's GPU table: memory fit not checked")
             return []
 
-    return ctx.cached("target_gpus", find)
+    return ctx.cached(f"target_gpus:{ctx.cfg.build.target}", find)
 
 
 def inputs(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str) -> dict:

@@ -76,13 +76,9 @@ def model_file(cfg: Config, variant: Variant) -> dict:
 
 
 def _check(cfg: Config, variant: Variant, checkpoint: Path) -> Path:
-    version = cfg.build.trtllm_version
-    if not trtllm.LINES[version].llmapi:
-        lines = [n for n in trtllm.BUILD_LINES if trtllm.LINES[n].llmapi]  # newest first
-        raise UsageError(
-            f"build.target llmapi needs TensorRT-LLM >= {lines[-1]} (the LLM API's PyTorch backend); "
-            f"set build.trtllm_version: '{lines[0]}', or use build.target: engine for TensorRT-LLM {version}"
-        )
+    why = trtllm.target_refusal("llmapi", cfg.build.trtllm_version)
+    if why:
+        raise UsageError(why)
     if variant.quantization.kv_cache == "int8":
         raise LpxError(
             f"variant '{variant.name}': an INT8 KV cache has no ModelOpt unified HF checkpoint, which build.target "

@@ -87,9 +87,37 @@ def compose(
     `version` is build.trtllm_version ('1.2' or '0.16'); `kv_cache` the variant's KV-cache type.
     Raises LpxError for a format, limit or flag the targeted version does not accept.
     """
+    algo = _validate(cfg, variant_format, checkpoint_dir, version)
+    v = trtllm.line(version).contract
+    world = cfg.build.tp_size * cfg.build.pp_size
+    args = _limit_args(cfg, checkpoint_dir, output_dir, v)
+    args += _kernel_args(cfg, variant_format, kv_cache, algo)
+    args += [
+        ("--multiple_profiles", "enable", "several TensorRT profiles: faster across batch sizes"),
+        ("--tokens_per_block", TOKENS_PER_BLOCK, "KV block size shared with the torch target"),
+        ("--workers", world, "one build worker per rank"),
+    ]
+    if Path(timing_cache).is_file():
+        args.append(("--input_timing_cache", timing_cache, "reuse kernel timings from earlier builds"))
+    args.append(("--output_timing_cache", timing_cache, "keep kernel timings for the next build"))
+
+    table = FLAGS[v]
+    argv, reasons = ["trtllm-build"], {}
+    for flag, value, reason in args:
+        _check(v, table, flag, value)
+        argv += [flag, str(value)]
+        reasons[flag] = reason
+    return argv, reasons
+
+
+def _validate(cfg: Config, variant_format: str, checkpoint_dir: Path, version: str) -> str | None:
+    """The format's QuantAlgo, once the line builds engines, knows the format, and the limits and the
+    checkpoint's ranks agree with the build section; a UsageError naming the fix otherwise."""
     line = trtllm.line(version)
-    v = line.contract
     b = cfg.build
+    why = trtllm.target_refusal("engine", version)
+    if why:
+        raise UsageError(why)
     if variant_format not in QUANT_ALGO:
         raise UsageError(
             f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}"
@@ -112,7 +140,12 @@ def compose(
             f"checkpoint {checkpoint_dir} was exported for {ckpt_world} rank(s) but build.tp_size x "
             f"pp_size = {world} - re-run 'lpx quantize' after changing tp_size/pp_size"
         )
+    return algo
 
+
+def _limit_args(cfg: Config, checkpoint_dir: Path, output_dir: Path, v: str) -> list[tuple[str, object, str]]:
+    """Paths, limits and the batching layout (paged KV cache, packed inputs, attention plugin)."""
+    b = cfg.build
     args: list[tuple[str, object, str]] = [
         ("--checkpoint_dir", checkpoint_dir, "the TensorRT-LLM checkpoint exported by 'lpx quantize'"),
         (
@@ -137,35 +170,34 @@ def compose(
         args.append(("--kv_cache_type", "paged", "paged KV cache for in-flight batching"))
     else:
         args.append(("--paged_kv_cache", "enable", "paged KV cache for in-flight batching (0.16 spelling)"))
-    args += [
+    return args + [
         ("--remove_input_padding", "enable", "packed inputs, required by in-flight batching"),
         ("--gpt_attention_plugin", "auto", "attention plugin in the checkpoint dtype (needed for paged KV)"),
         ("--context_fmha", "enable", "fused attention in the context phase"),
     ]
+
+
+def _kernel_args(
+    cfg: Config, variant_format: str, kv_cache: str, algo: str | None
+) -> list[tuple[str, object, str]]:
+    """The GEMM plugin and the context-attention kernels the format and KV-cache type allow."""
+    args: list[tuple[str, object, str]] = []
     if variant_format == "nvfp4":
         args.append(("--gemm_plugin", "nvfp4", "NVFP4 checkpoint: the NVFP4 GEMM plugin"))
-    elif variant_format == "fp8" and b.max_batch_size <= SMALL_BATCH_FP8_GEMM:
+    elif variant_format == "fp8" and cfg.build.max_batch_size <= SMALL_BATCH_FP8_GEMM:
         args.append(("--gemm_plugin", "fp8", f"FP8 GEMM plugin: faster for batch <= {SMALL_BATCH_FP8_GEMM}"))
     else:
         why = "TensorRT FP8 GEMMs for the quantized layers" if variant_format == "fp8" else "plugin GEMMs"
         args.append(("--gemm_plugin", "auto", f"GEMM plugin in the checkpoint dtype ({why})"))
     if kv_cache == "int8":
-        args.append(
-            (
-                "--use_paged_context_fmha",
-                "disable",
-                "INT8 KV cache: TensorRT-LLM refuses paged context FMHA (no chunked context / KV reuse)",
-            )
-        )
+        why = "INT8 KV cache: TensorRT-LLM refuses paged context FMHA (no chunked context / KV reuse)"
+        args.append(("--use_paged_context_fmha", "disable", why))
     elif kv_cache == "fp8" and algo != "FP8":
-        args.append(
-            (
-                "--use_paged_context_fmha",
-                "disable",
-                f"FP8 KV cache with format '{variant_format}': "
-                "TensorRT-LLM allows paged context FMHA only with FP8 weights (no chunked context / KV reuse)",
-            )
+        why = (
+            f"FP8 KV cache with format '{variant_format}': "
+            "TensorRT-LLM allows paged context FMHA only with FP8 weights (no chunked context / KV reuse)"
         )
+        args.append(("--use_paged_context_fmha", "disable", why))
     else:
         args.append(("--use_paged_context_fmha", "enable", "needed for chunked context and KV-cache reuse"))
     if algo in FP8_CONTEXT_FMHA_ALGOS:
@@ -174,22 +206,7 @@ def compose(
         args.append(
             ("--use_fp8_context_fmha", "disable", f"format '{variant_format}' has no FP8 context FMHA")
         )
-    args += [
-        ("--multiple_profiles", "enable", "several TensorRT profiles: faster across batch sizes"),
-        ("--tokens_per_block", TOKENS_PER_BLOCK, "KV block size shared with the torch target"),
-        ("--workers", world, "one build worker per rank"),
-    ]
-    if Path(timing_cache).is_file():
-        args.append(("--input_timing_cache", timing_cache, "reuse kernel timings from earlier builds"))
-    args.append(("--output_timing_cache", timing_cache, "keep kernel timings for the next build"))
-
-    table = FLAGS[v]
-    argv, reasons = ["trtllm-build"], {}
-    for flag, value, reason in args:
-        _check(v, table, flag, value)
-        argv += [flag, str(value)]
-        reasons[flag] = reason
-    return argv, reasons
+    return args
 
 
 def _check(v: str, table: dict, flag: str, value: object) -> None:

@@ -29,9 +29,9 @@ import warnings
 from pathlib import Path
 
 from ... import toolchain
+from ...cache_keys import code_fingerprint
 from ...config import Config, Variant
 from ...inspection.checkpoint import copy_tokenizer
-from ...keys import code_fingerprint
 from ..context import Context
 from .export_check import check_hf, check_sliding_window, check_trtllm
 from .integrity import calibration_error, check_before_loading, check_finite

@@ -32,11 +32,11 @@ from importlib import resources
 from pathlib import Path
 
 from ...artifacts import Artifact, link_tree
+from ...cache_keys import code_fingerprint, file_fingerprint
 from ...config import Config, Variant
 from ...errors import LpxError
 from ...facts import trtllm
 from ...inspection.checkpoint import TOKENIZER_FILES
-from ...keys import code_fingerprint, file_fingerprint
 from ...runtime.engines.llmapi_engine import read_build
 from ...runtime.engines.torch_engine import read_meta
 from ..context import Context
@@ -69,13 +69,7 @@ class Source:
 
 def check_llmapi(options: dict, cfg: Config) -> None:
     """Cross-checks of the Triton config against the llmapi build's LLM-API options."""
-    built = options.get("max_batch_size")
-    if built is not None and cfg.build.max_batch_size > int(built):
-        raise LpxError(
-            f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
-            f"llmapi build's max_batch_size {built} - lower build.max_batch_size to {built} or "
-            "rebuild with 'lpx build'"
-        )
+    engine_repo.check_batch_fits(cfg, options.get("max_batch_size"), "the llmapi build's max_batch_size")
     seq, inp = options.get("max_seq_len"), options.get("max_input_len")
     if seq is not None and inp is not None and int(inp) >= int(seq):
         raise LpxError(

@@ -106,6 +106,16 @@ FIXED = {
 }
 
 
+def check_batch_fits(cfg: Config, built: object, what: str) -> None:
+    """Triton's max_batch_size (build.max_batch_size) must not exceed what the build was made for (`what`
+    names that value in the build, e.g. "the engine's build_config.max_batch_size")."""
+    if built is not None and cfg.build.max_batch_size > int(built):
+        raise LpxError(
+            f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds {what} "
+            f"{built} - lower build.max_batch_size to {built} or rebuild with 'lpx build'"
+        )
+
+
 def counts_tokens(cfg: Config) -> bool:
     """Whether the targeted backend's tensorrt_llm model has return_num_output_tokens/num_output_tokens."""
     version = trtllm.contract_version(cfg.build.trtllm_version)
@@ -194,12 +204,7 @@ def check_engine(
         raise LpxError(
             "The engine's config.json has no build_config.max_batch_size - rebuild it with 'lpx build'"
         )
-    if cfg.build.max_batch_size > int(engine_mbs):
-        raise LpxError(
-            f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
-            f"engine's build_config.max_batch_size {engine_mbs} - lower build.max_batch_size to "
-            f"{engine_mbs} or rebuild the engine with 'lpx build'"
-        )
+    check_batch_fits(cfg, engine_mbs, "the engine's build_config.max_batch_size")
     paged = build.get("plugin_config", {}).get("use_paged_context_fmha")
     for wanted, name in (
         (chunked_context, "enable_chunked_context true"),

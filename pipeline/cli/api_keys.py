@@ -1,4 +1,4 @@
-"""`lpx keys add / list / revoke`: the OpenAI gateway's API keys (pipeline/gateway/keys.py)."""
+"""`lpx keys add / list / revoke`: the OpenAI gateway's API keys (pipeline/gateway/api_keys.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ config_file_option = click.option(
 
 
 def keys_path(keys_file: Path | None, config_path: Path | None) -> Path:
-    from ..gateway.keys import default_path
+    from ..gateway.api_keys import default_path
 
     if keys_file is not None:
         return keys_file
@@ -54,7 +54,7 @@ def add(
     name: str, rpm: int | None, tpm: int | None, keys_file: Path | None, config_path: Path | None
 ) -> None:
     """Create a key and print its secret - once: only its hash is stored."""
-    from ..gateway.keys import add_key
+    from ..gateway.api_keys import add_key
 
     path = keys_path(keys_file, config_path)
     key, secret = add_key(path, name, rpm, tpm)
@@ -72,7 +72,7 @@ def add(
 @config_file_option
 def list_(as_json: bool, keys_file: Path | None, config_path: Path | None) -> None:
     """List the keys (ids, names, limits; never secrets)."""
-    from ..gateway.keys import read_keys
+    from ..gateway.api_keys import read_keys
 
     path = keys_path(keys_file, config_path)
     found = [k.public() for k in read_keys(path)]
@@ -97,53 +97,8 @@ def list_(as_json: bool, keys_file: Path | None, config_path: Path | None) -> No
 @config_file_option
 def revoke(key_id: str, keys_file: Path | None, config_path: Path | None) -> None:
     """Remove a key: requests with it are refused from then on (the gateway re-reads the file)."""
-    from ..gateway.keys import revoke_key
+    from ..gateway.api_keys import revoke_key
 
     path = keys_path(keys_file, config_path)
     key = revoke_key(path, key_id)
     click.echo(f"revoked {key.id} ({key.name or 'no name'}) in {path}")
-
-
-@click.command("gateway")
-@click.option(
-    "--triton", "triton_url", required=True, help="Triton's gRPC HOST:PORT (a sidecar: 127.0.0.1:8001)."
-)
-@click.option(
-    "--repo",
-    "repo_dir",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="The packaged repository Triton serves (for the tokenizer, the model's name and limits).",
-)
-@click.option("--variant", default=None, help="The variant, when the folder holds several.")
-@click.option("--model", "model_name", default=None, help="The model, when the folder holds several.")
-@click.option(
-    "--arch",
-    default=None,
-    help="Serve the repository built for this GPU arch (e.g. sm90) without looking for a GPU: the "
-    "sidecar has none (lpx deploy writes it). Default: the GPU present.",
-)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=9000, show_default=True, type=int)
-@click.option(
-    "--keys", "keys_file", type=click.Path(path_type=Path), default=None, help="Hashed API keys (lpx keys)."
-)
-def gateway(triton_url, repo_dir, variant, model_name, arch, host, port, keys_file) -> None:
-    """Run the OpenAI gateway alone in front of a Triton that serves a packaged repository (the Kubernetes
-    sidecar; `lpx serve` starts it itself). Stops on SIGTERM after draining its streams."""
-    from ..gateway.keys import default_path
-    from ..gateway.process import run
-    from ..gateway.settings import GatewaySettings
-    from ..servers.repository import choose_repository
-
-    repo = choose_repository(repo_dir, variant, model_name, arch=arch)
-    settings = GatewaySettings(
-        triton_url=triton_url,
-        tokenizer=repo.path / "preprocessing" / "1" / "tokenizer",
-        model_name=repo.manifest["model"],
-        host=host,
-        port=port,
-        keys_file=keys_file or default_path(),
-        access_log="-",
-    )
-    run(settings)
