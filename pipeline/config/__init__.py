@@ -63,7 +63,7 @@ __all__ = [  # the names other packages import from pipeline.config
 FORMATS = tuple(formats.FORMATS)
 KV_CACHE = tuple(formats.KV_CACHE_TYPES)
 EXPORTS = ("trtllm", "hf", "state")
-TARGETS = ("engine", "llmapi", "torch")
+TARGETS = ("engine", "llmapi", "torch", "vllm")
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 
@@ -91,7 +91,7 @@ class Quantization(Strict):
     )
     exports: list[Literal[EXPORTS]] = Field(  # type: ignore[valid-type]
         default_factory=list,
-        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).",
+        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state, vllm: hf).",
     )
 
     @field_validator("exports")
