@@ -14,7 +14,7 @@ from helpers_models import REAL_CONFIGS, TINY
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.errors import LpxError, UsageError
+from pipeline.errors import ConfigError, LpxError, UsageError
 from pipeline.runtime.engines import vllm_engine
 from pipeline.runtime.engines.base import Request
 from pipeline.stages.build import vllm_target
@@ -157,3 +157,63 @@ def test_serve_command_is_vllms_own_server(tmp_path) -> None:
     assert not [a for a in argv if a.startswith("--no-")], "api_server has no --no-disable-log-stats"
     flags = {a[2:].replace("-", "_") for a in argv if a.startswith("--") and not a.startswith("--no-")}
     assert flags - {"host", "port", "model"} <= set(CONTRACT["engine_args"])
+
+
+def test_eager_is_vllms_enforce_eager_and_refused_without_a_vllm_variant() -> None:
+    """build.eager writes vLLM's enforce_eager (a name of the contract); a config where no variant builds
+    for vllm refuses it, naming the fix."""
+    cfg = config(eager=True)
+    args = vllm_target.build_file(cfg, cfg.variants[0], model_config("qwen2.5-0.5b"))["engine_args"]
+    assert args["enforce_eager"] is True and "enforce_eager" in CONTRACT["engine_args"]
+    assert (
+        vllm_target.build_file(config(), config().variants[0], model_config("qwen2.5-0.5b"))["engine_args"][
+            "enforce_eager"
+        ]
+        is False
+    )
+    data = demo_config_dict("checkpoint")
+    data["build"]["eager"] = True
+    with pytest.raises(ConfigError, match="build.eager is vLLM's enforce_eager.*build.target: vllm"):
+        parse_config(data)
+
+
+def test_packaged_vllm_repository_is_served_as_vllm(tmp_path) -> None:
+    """`lpx serve --repo` on a vllm repository: target vllm, with the build's format, KV cache, tensor
+    parallelism and eager mode, whether or not the build's manifest records its target."""
+    from pipeline.artifacts import Artifact
+    from pipeline.served import packaged_config
+    from pipeline.servers.repository import ENGINE_DIR
+
+    cfg = config("fp8", "fp8", tp_size=2, eager=True)
+    meta = vllm_target.build_file(cfg, cfg.variants[0], model_config("llama-3.1-8b"))
+    engine = tmp_path / ENGINE_DIR
+    (engine / "checkpoint").mkdir(parents=True)
+    (engine / vllm_engine.MODEL_FILE).write_text(json.dumps(meta))
+    repo = Artifact(tmp_path, {"model": "m", "variant": "v", "arch": "any"})
+    for manifest in ({"inputs": {"target": {"target": "vllm", "vllm_version": "0.32.0"}}}, {}):
+        (engine / "manifest.json").write_text(json.dumps(manifest))
+        got = packaged_config(repo, None, False)
+        q = got.variants[0].quantization
+        assert (got.build.target, got.build.tp_size, got.build.eager) == ("vllm", 2, True)
+        assert (q.format, q.kv_cache) == ("fp8", "fp8") and got.build.ranks == 1
+
+
+def test_lpx_run_without_vllms_environment_names_make_vllm(demo_config, monkeypatch, tmp_path) -> None:
+    """`lpx run` with build.target vllm and no vLLM environment stops before any work, naming the fix."""
+    import yaml
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    data = yaml.safe_load(demo_config.read_text())
+    data["build"]["target"] = "vllm"
+    demo_config.write_text(yaml.safe_dump(data))
+    monkeypatch.delenv(vllm_engine.PYTHON_VARIABLE, raising=False)
+    monkeypatch.setattr(vllm_engine, "checkout_root", lambda: tmp_path)  # a checkout without .venv-vllm
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no python3 with vLLM on PATH either
+    home = tmp_path / "home"
+    monkeypatch.setenv("LPX_HOME", str(home))
+    result = CliRunner().invoke(cli, ["run", "-c", str(demo_config)])
+    assert result.exit_code != 0
+    assert "make vllm" in str(result.exception) + result.output, result.output
+    assert not list(home.rglob("manifest.json")), "nothing was quantized or built"

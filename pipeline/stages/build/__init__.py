@@ -66,7 +66,11 @@ def check(ctx: Context, variant: Variant) -> None:
                 f"{where}: {why}, but build.archs lists {arch} - "
                 f"drop {arch} from build.archs or choose another format for it"
             )
-    why = trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version) if b.target in ("engine", "llmapi") else None
+    why = (
+        trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version)
+        if b.target in ("engine", "llmapi")
+        else None
+    )
     if why:
         raise UsageError(
             f"{where}: {why} - set build.trtllm_version: {trtllm.default_line(b.target)} or choose another format"

@@ -93,6 +93,7 @@ def build_file(cfg: Config, variant: Variant, model_config: dict) -> dict:
         "enable_chunked_prefill": True,
         "trust_remote_code": cfg.model.trust_remote_code,
         "disable_log_stats": False,  # the scheduler's state feeds LPX's metric families
+        "enforce_eager": b.eager,  # no torch.compile: a start in seconds, slower steps (build.eager)
     }
     if QUANTIZATION[q.format]:
         engine_args["quantization"] = QUANTIZATION[q.format]
