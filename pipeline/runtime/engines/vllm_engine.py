@@ -61,6 +61,18 @@ def read_build(folder: Path) -> dict:
     return meta
 
 
+def vocab_size(checkpoint: Path) -> int:
+    """The checkpoint's vocabulary size (config.json, or its text_config): vLLM's worker dies on a token id
+    outside it (an IndexError in the embedding ends its engine), so requests are checked against it first."""
+    try:
+        conf = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+        return int((conf.get("text_config") or conf)["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LpxError(
+            f"{checkpoint}/config.json has no vocab_size ({exc}) - rebuild it with 'lpx build' (build.target: vllm)"
+        ) from None
+
+
 def checkout_root() -> Path:
     """The folder holding the `pipeline` package (an editable install: the checkout)."""
     return Path(__file__).resolve().parents[3]
@@ -137,6 +149,7 @@ class VllmEngine(Engine):
         self.meta = read_build(self.folder)
         self.max_input_len = int(self.meta.get("max_input_len") or 0)
         self.max_seq_len = int(self.meta["engine_args"].get("max_model_len") or 0)
+        self.vocab_size = vocab_size(self.folder / str(self.meta["model"]))
         python = python or find_python()
         read_fd, write_fd = os.pipe()
         try:
@@ -146,7 +159,13 @@ class VllmEngine(Engine):
                 stdout=sys.stderr,
                 pass_fds=(write_fd,),
                 env=worker_env(python),
-                start_new_session=True,  # its own group: close() ends vLLM's engine-core process with it
+                # its own process group, so close() ends vLLM's engine-core and worker processes with it;
+                # NOT its own session: with the kernel's autogroup scheduling a session is a scheduling
+                # group, and a vLLM session whose worker is pinned to a core left this process's reader
+                # off that core for a whole request (tokens arrived in one burst at the end, measured:
+                # first token ~200 ms, then 63 tokens in 0.3 ms; in the same session: 5 ms, then ~1.6 ms
+                # per token; docs/results/vllm-cpu-2026-12-04.md)
+                process_group=0,
                 text=True,
             )
         finally:
@@ -220,6 +239,9 @@ class VllmEngine(Engine):
             raise LpxError("The vllm engine is closed - restart the server")
 
     def start(self, request: Request) -> DeltaStream:
+        bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
         params = sampling(request)
         if "logprobs" in params:

@@ -51,15 +51,19 @@ def stats_logger(channel: Channel, loop: asyncio.AbstractEventLoop, max_num_seqs
             cache = vllm_config.cache_config
             self.blocks = int(cache.num_gpu_blocks or 0)
             self.block_size = int(cache.block_size or 0)
-            self.steps, self.last = 0, 0.0
+            self.steps, self.last, self.counts = 0, 0.0, (0, 0)
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
             self.steps += 1
-            now = time.monotonic()
-            if scheduler_stats is None or now - self.last < STATS_PERIOD_S:
+            if scheduler_stats is None:
                 return
-            self.last = now
+            now = time.monotonic()
             running, waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
+            # every STATS_PERIOD_S, and whenever the request counts change (the last state before the
+            # engine goes idle is always sent: no stale "active" after a request ends or is aborted)
+            if now - self.last < STATS_PERIOD_S and (running, waiting) == self.counts:
+                return
+            self.last, self.counts = now, (running, waiting)
             used = round(scheduler_stats.kv_cache_usage * self.blocks)
             prompt_tokens = getattr(iteration_stats, "num_prompt_tokens", 0) if iteration_stats else 0
             stats = {
