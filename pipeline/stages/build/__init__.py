@@ -6,6 +6,7 @@ owns the stage's key (`inputs`), its checks and its run:
                     trtllm_run.py runs it as a child process)
   llmapi.py         `llmapi`: the unified HF checkpoint + LLM-API options for TensorRT-LLM's LLM API
   torch_target.py   `torch`: LPX's reference engine folder (ModelOpt state + runtime limits)
+  vllm_target.py    `vllm`: the unified HF checkpoint + vLLM's engine arguments (lpx_vllm.json)
 
 Key per target: the quantize artifact's key, the target (arch and TensorRT-LLM line where they matter),
 what the build generates - the trtllm-build argv with its paths left out, the LLM-API options and
@@ -26,7 +27,7 @@ from ...facts import trtllm
 from ...facts.formats import arch_refusal, sm_number
 from ..context import ANY_ARCH, Context
 from ..quantize.model_io import STATE_FILE
-from . import engine_target, llmapi, torch_target
+from . import engine_target, llmapi, torch_target, vllm_target
 from .trtllm_build import key_argv
 
 # The modules that write each target's output (their fingerprint is part of the key).
@@ -34,6 +35,7 @@ CODE = {
     "engine": ("pipeline.stages.build.engine_target", "pipeline.stages.build.trtllm_build"),
     "llmapi": ("pipeline.stages.build.llmapi",),
     "torch": ("pipeline.stages.build.torch_target",),
+    "vllm": ("pipeline.stages.build.vllm_target",),
 }
 NEEDS = {"engine": "trtllm/config.json", "torch": f"state/{STATE_FILE}"}  # llmapi.write_llmapi checks its own
 
@@ -55,6 +57,8 @@ def check(ctx: Context, variant: Variant) -> None:
     why = serving_refusal(b, variant)  # the config refused it already; a config built in code is checked here
     if why:
         raise UsageError(f"{where}: {why}")
+    if b.target == "vllm":
+        vllm_target.check(ctx.cfg, variant)
     for arch in b.archs:
         why = arch_refusal(q.format, q.kv_cache, sm_number(arch))
         if why:
@@ -62,7 +66,11 @@ def check(ctx: Context, variant: Variant) -> None:
                 f"{where}: {why}, but build.archs lists {arch} - "
                 f"drop {arch} from build.archs or choose another format for it"
             )
-    why = trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version) if b.target != "torch" else None
+    why = (
+        trtllm.unknown_algo(q.format, q.kv_cache, b.trtllm_version)
+        if b.target in ("engine", "llmapi")
+        else None
+    )
     if why:
         raise UsageError(
             f"{where}: {why} - set build.trtllm_version: {trtllm.default_line(b.target)} or choose another format"
@@ -117,6 +125,10 @@ def inputs(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str) -> d
         out["target"] = {"target": target, "trtllm_version": cfg.build.trtllm_version}
         out["llm_api_options"] = llmapi.llmapi_options(cfg, variant)
         out["model.yaml"] = llmapi.model_file(cfg, variant)
+    elif target == "vllm":
+        out["target"] = {"target": target, "vllm_version": vllm_target.VLLM_VERSION}
+        info, _ = ctx.checkpoint()
+        out["lpx_vllm.json"] = vllm_target.build_file(cfg, variant, info.config)
     else:
         out["target"] = {"target": target}
         out["lpx_engine.json"] = torch_target.engine_meta(cfg, variant)
@@ -137,6 +149,8 @@ def run(ctx: Context, variant: Variant, checkpoint: Artifact, arch: str, out: Pa
         return engine_target.run(cfg, variant, checkpoint, arch, out, ctx.report)
     if target == "llmapi":
         return llmapi.write_llmapi(cfg, variant, checkpoint.path, out)
+    if target == "vllm":
+        return vllm_target.write_vllm(cfg, variant, checkpoint.path, out, ctx.checkpoint()[0].config)
     return torch_target.run(cfg, variant, checkpoint, out)
 
 

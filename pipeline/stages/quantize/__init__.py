@@ -66,6 +66,7 @@ TARGET_EXPORTS = {
     "engine": ("trtllm",),
     "llmapi": ("hf",),
     "torch": ("state",),
+    "vllm": ("hf",),
 }  # what each build target reads
 TOKENIZER_DIR = "tokenizer"  # always written (a few MB): the engine target's repository reads it
 SCRATCH_STATE = ".clean-copy-state"  # the state written only to restore a clean copy; removed before commit

@@ -39,6 +39,7 @@ from ...facts import trtllm
 from ...inspection.checkpoint import TOKENIZER_FILES
 from ...runtime.engines.llmapi_engine import read_build
 from ...runtime.engines.torch_engine import read_meta
+from ...runtime.engines.vllm_engine import read_build as read_vllm_build
 from ..context import Context
 from . import engine_repo
 from .model_configs import DECOUPLED, ENGINE_SOURCES, MODELS, SOURCES, model_config
@@ -75,6 +76,15 @@ def check_llmapi(options: dict, cfg: Config) -> None:
         raise LpxError(
             f"The llmapi build's max_input_len {inp} leaves no room for output in max_seq_len {seq} "
             "- rebuild with build.max_input_len below build.max_seq_len"
+        )
+
+
+def check_limits(target: str, built, cfg: Config) -> None:
+    """Triton's max_batch_size against the sequences the build lets the engine hold at once."""
+    if built is not None and cfg.build.max_batch_size > int(built):
+        raise LpxError(
+            f"Triton max_batch_size {cfg.build.max_batch_size} (build.max_batch_size) exceeds the "
+            f"{target} build's {built} - lower build.max_batch_size to {built} or rebuild with 'lpx build'"
         )
 
 
@@ -123,9 +133,14 @@ def source(cfg: Config, engine_dir: Path, tokenizer_dir: Path | None = None) -> 
         check_llmapi(options, cfg)
         fmt, max_input_len = meta.get("format"), options.get("max_input_len") or cfg.build.max_input_len
         tokenizer_dir = tokenizer_dir if tokenizer_dir is not None else engine_dir / str(meta["model"])
+    elif target == "vllm":
+        meta = read_vllm_build(engine_dir)
+        check_limits("vllm", meta["engine_args"].get("max_num_seqs"), cfg)
+        fmt, max_input_len = meta.get("format"), meta.get("max_input_len") or cfg.build.max_input_len
+        tokenizer_dir = tokenizer_dir if tokenizer_dir is not None else engine_dir / str(meta["model"])
     else:
         raise LpxError(
-            f"build.target '{target}' has no Triton repository - set build.target: torch, engine or llmapi"
+            f"build.target '{target}' has no Triton repository - set build.target: torch, engine, llmapi or vllm"
         )
     hint = (
         None

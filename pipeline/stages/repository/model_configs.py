@@ -27,6 +27,7 @@ from ...runtime.tensors import (
     specs,
 )
 from ..build.llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
+from ..build.vllm_target import CHECKPOINT_DIR as VLLM_CHECKPOINT
 from . import engine_repo
 from .pbtxt import declare
 
@@ -37,7 +38,7 @@ SOURCES = {
     "postprocessing": "postprocessing",
     "tensorrt_llm_bls": "tensorrt_llm_bls",
 }
-ENGINE_SOURCES = {"torch": "torch_engine", "llmapi": "llmapi"}
+ENGINE_SOURCES = {"torch": "torch_engine", "llmapi": "llmapi", "vllm": "vllm"}
 DECOUPLED = {
     "tensorrt_llm",
     "tensorrt_llm_bls",
@@ -111,6 +112,13 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
         return {
             "llmapi_dir": "1/engine",
             "tokenizer_dir": f"1/engine/{LLMAPI_CHECKPOINT}",
+            "exclude_input_in_output": "true",
+            "max_tokens_cap": str(cfg.serving.max_tokens_cap),
+        }
+    if model == "tensorrt_llm" and cfg.build.target == "vllm":
+        return {
+            "vllm_dir": "1/engine",
+            "tokenizer_dir": f"1/engine/{VLLM_CHECKPOINT}",
             "exclude_input_in_output": "true",
             "max_tokens_cap": str(cfg.serving.max_tokens_cap),
         }

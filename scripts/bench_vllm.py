@@ -1,0 +1,179 @@
+"""LPX's vllm target through its gateway against vLLM's own OpenAI server on the same build folder, and
+against LPX's torch target, on this machine, in one run (issue 26 item 5; docs/vllm.md has the figures).
+
+The three servers run side by side (one at a time would put minutes of machine drift between them); the
+measurement alternates: each round runs `lpx bench --api openai --endpoint completions` on each server in
+turn, the order reversed every other round, and the table takes each level's median over rounds of TTFT
+p50 / p99, ITL p50, output tok/s and req/s. vLLM's own server gets the build's engine arguments and the
+same tcmalloc / Intel OpenMP preloads as LPX's worker.
+
+    make setup vllm
+    .venv/bin/python scripts/bench_vllm.py --out docs/results/vllm-cpu --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LPX = ROOT / ".venv" / "bin" / "lpx"
+METRICS = (("ttft", "p50"), ("ttft", "p99"), ("itl", "p50"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(work: Path, checkpoint: Path, target: str, port: int) -> Path:
+    from pipeline.demo import demo_config_dict
+
+    data = demo_config_dict(str(checkpoint))
+    data["variants"] = [{"name": "bf16", "quantization": {"format": "none"}}]
+    data["build"]["target"] = target
+    data["serving"].update(ready_timeout_s=900, openai={"port": port})
+    path = work / f"{target}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 900) -> None:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the server exited ({proc.returncode})")
+        try:
+            opener.open(f"{url}/v1/models", timeout=5).read()
+            return
+        except OSError:
+            time.sleep(2)
+    raise SystemExit(f"{url}: not ready after {timeout_s:.0f} s")
+
+
+def start_lpx(cfg: Path, port: int, log: Path, env: dict) -> tuple[str, subprocess.Popen]:
+    subprocess.run([str(LPX), "repo", "-c", str(cfg)], check=True, env=env)
+    proc = subprocess.Popen(
+        [str(LPX), "serve", "-c", str(cfg)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env
+    )
+    return f"http://127.0.0.1:{port}", proc
+
+
+def start_vllm_own(env: dict, log: Path) -> tuple[str, subprocess.Popen]:
+    from pipeline.artifacts import Store  # noqa: F401 - the LPX_HOME in env is the one searched below
+    from pipeline.runtime.engines import vllm_engine
+    from pipeline.stages.build.vllm_target import serve_command
+
+    builds = sorted(Path(env["LPX_HOME"]).glob(f"artifacts/engines/*/bf16/*/*/{vllm_engine.MODEL_FILE}"))
+    folder = builds[-1].parent
+    python = vllm_engine.find_python()
+    port = free_port()
+    argv = [python, *serve_command(folder, port=port), "--served-model-name", "vllm-own"]
+    proc = subprocess.Popen(
+        argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=vllm_engine.worker_env(python)
+    )
+    return f"http://127.0.0.1:{port}", proc
+
+
+def bench(url: str, out: Path, levels: str, requests: int, env: dict, tokenizer: Path) -> dict:
+    argv = [str(LPX), "bench", "--api", "openai", "--endpoint", "completions", "--url", url]
+    argv += ["--concurrency", levels, "--requests", str(requests), "--warmup", "2", "--out", str(out)]
+    argv += ["--input-len", "128", "--output-len", "64", "--tokenizer", str(tokenizer)]
+    subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
+    return json.loads((out / "results.json").read_text())
+
+
+def row(doc: dict) -> dict[int, dict[str, float]]:
+    """concurrency -> the figures of one bench run (results.json's `results`, one per level)."""
+    out = {}
+    for r in doc["results"]:
+        figures = {f"{m}_{q}": (r.get(f"{m}_ms") or {}).get(q) for m, q in METRICS}
+        figures["tok_s"] = r["output_tokens_per_s"]
+        figures["req_s"] = r["requests_per_s"]
+        out[int(r["load"]["concurrency"])] = figures
+    return out
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    lines = [
+        "| server | c | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | tok/s | req/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in results.items():
+        rows = [row(r) for r in runs]
+        for c in sorted(rows[0]):
+            med = {}
+            for key in rows[0][c]:
+                vals = [r[c][key] for r in rows if c in r and r[c][key] is not None]
+                med[key] = statistics.median(vals) if vals else float("nan")
+            ms = {k: med[k] for k in med if k.startswith(("ttft", "itl"))}
+            lines.append(
+                f"| {name} | {c} | {ms['ttft_p50']:.1f} | {ms['ttft_p99']:.1f} | {ms['itl_p50']:.1f} | "
+                f"{med['tok_s']:.0f} | {med['req_s']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--levels", default="1,4,16")
+    ap.add_argument("--requests", type=int, default=32)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from pipeline.demo import write_checkpoint
+
+    work = args.out.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "LPX_HOME": str(work / "home")}
+    checkpoint = work / "checkpoint"
+    if not checkpoint.is_dir():
+        write_checkpoint(checkpoint)
+    procs, servers = [], {}
+    try:
+        for target in ("vllm", "torch"):
+            port = free_port()
+            url, proc = start_lpx(config(work, checkpoint, target, port), port, work / f"{target}.log", env)
+            procs.append(proc)
+            wait_ready(url, proc)
+            servers[f"lpx-{target}"] = url
+        url, proc = start_vllm_own(env, work / "vllm-own.log")
+        procs.append(proc)
+        wait_ready(url, proc)
+        servers["vllm-own"] = url
+        results: dict[str, list[dict]] = {name: [] for name in servers}
+        for r in range(args.rounds):
+            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            for name in order:
+                out = work / "runs" / f"{r}-{name}"
+                results[name].append(bench(servers[name], out, args.levels, args.requests, env, checkpoint))
+        text = table(results)
+        (work / "table.md").write_text(text + "\n")
+        print(text)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work / "home" / "tmp", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
