@@ -18,7 +18,7 @@ from pipeline.cli import cli
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.deploy import deploy_k8s, images, k8s
-from pipeline.errors import UsageError
+from pipeline.errors import ConfigError, UsageError
 
 
 def config(target: str = "torch", tp: int = 1, **deploy):
@@ -88,6 +88,10 @@ def test_registry_from_the_cli_and_the_config_and_refused_when_malformed(tmp_pat
             res.output
         )
     assert not (tmp_path / "c").exists()
+    with pytest.raises(ConfigError, match=r"deploy.registry: 'https://ghcr.io/org' is not a registry"):
+        parse_config({**data, "deploy": {"registry": "https://ghcr.io/org"}})
+    with pytest.raises(ConfigError, match=r"deploy.vllm_image: 'LPX VLLM' is not an image reference"):
+        parse_config({**data, "deploy": {"vllm_image": "LPX VLLM"}})
 
 
 def test_an_overlay_moves_an_image_with_kustomize(tmp_path) -> None:

@@ -25,6 +25,7 @@ from upstream_cli import (
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.deploy import deploy_dynamo, dynamo
+from pipeline.errors import NotFound
 
 FAKE_KEY = "0123456789ab"
 
@@ -119,6 +120,20 @@ def test_dynamo_vllm_worker_carries_the_builds_engine_arguments(tmp_path, monkey
         assert "--kv-cache-memory-bytes" not in args and "--enable-prefix-caching" in args
         assert args[args.index("--disaggregation-mode") + 1] == component["type"]
         assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector"] == "NixlConnector"
+
+
+def test_dynamo_vllm_needs_the_vllm_repository(tmp_path, monkeypatch) -> None:
+    """The engine arguments are the build's: without a vllm repository (an llmapi one of the same variant
+    does not count) nothing is written, even with --model-path, and the message names the fix."""
+    monkeypatch.setenv("LPX_HOME", str(tmp_path / "home"))
+    fake_repo(tmp_path / "home", config("llmapi"))
+    cfg = config("vllm")
+    for model_path in (None, "/models/ckpt"):
+        with pytest.raises(
+            NotFound, match=r"No vllm repository .* run 'lpx repo .*needed even with --model-path"
+        ):
+            deploy_dynamo(cfg, "fp8", tmp_path / "out", model_path=model_path)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_checks_fail_on_what_they_guard() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+
+from pydantic import Field, field_validator, model_validator
 
 from .base import GPUS, INT32_MAX, MAX_GPUS, Strict, bounded
 
@@ -65,7 +67,6 @@ class Deploy(Strict):
     namespace: str = Field("lpx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     registry: str = Field(
         "localhost:5000",
-        pattern=REGISTRY,
         description="Registry (host[:port][/path]) of LPX's own images, prefixed to image, slim_image and "
         "vllm_image unless they name a registry themselves. The default is a local registry (kind, k3d, "
         "minikube's registry addon); set yours, or `lpx deploy --registry`. Each overlay's kustomization "
@@ -73,17 +74,14 @@ class Deploy(Strict):
     )
     image: str = Field(
         "lpx-trtllm:0.1.0",
-        pattern=IMAGE,
         description="Image serving the engine target: the Dockerfile (Triton TensorRT-LLM base).",
     )
     slim_image: str = Field(
         "lpx-slim:0.1.0",
-        pattern=IMAGE,
         description="Image of the gateway and the torch target: Dockerfile.slim.",
     )
     vllm_image: str = Field(
         "lpx-vllm:0.1.0",
-        pattern=IMAGE,
         description="Image serving the vllm target: Dockerfile.vllm (LPX's slim image + vLLM's own environment).",
     )
     replicas: int = bounded(1, ge=1, le=INT32_MAX, limit=REPLICAS)
@@ -111,6 +109,26 @@ class Deploy(Strict):
     )
     repository: Repository = Field(default_factory=Repository)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        if not re.fullmatch(REGISTRY, value):
+            raise ValueError(
+                f"{value!r} is not a registry: write host[:port][/path] without a scheme, e.g. ghcr.io/my-org "
+                "or localhost:5000"
+            )
+        return value
+
+    @field_validator("image", "slim_image", "vllm_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not re.fullmatch(IMAGE, value):
+            raise ValueError(
+                f"{value!r} is not an image reference: write [registry/]name[:tag][@sha256:digest] in "
+                "lowercase, e.g. lpx-slim:0.1.0 or ghcr.io/my-org/lpx-slim:0.1.0"
+            )
+        return value
 
     @model_validator(mode="after")
     def _replicas(self) -> Deploy:

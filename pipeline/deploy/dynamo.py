@@ -72,25 +72,31 @@ def repository(cfg: Config, variant: str) -> Path:
     found = []
     for manifest in folder.glob("*/*/manifest.json"):
         m = read_manifest(manifest.parent)
-        if m is not None and (manifest.parent / "tensorrt_llm" / "1" / "engine" / "checkpoint").is_dir():
+        engine = manifest.parent / "tensorrt_llm" / "1" / "engine"
+        # a vllm repository has lpx_vllm.json beside the checkpoint, an llmapi one has not
+        if (
+            m is not None
+            and (engine / "checkpoint").is_dir()
+            and ((engine / dynamo_vllm.MODEL_FILE).is_file() == (cfg.build.target == "vllm"))
+        ):
             found.append((m.get("created", 0), manifest.parent))
     if not found:
+        hint = (
+            "; Dynamo's vLLM worker takes the build's engine arguments (lpx_vllm.json there) as flags, so the "
+            "repository is needed even with --model-path"
+            if cfg.build.target == "vllm"
+            else " (or pass --model-path with the checkpoint's path in the volume)"
+        )
         raise NotFound(
             f"No {cfg.build.target} repository of variant '{variant}' under {folder} - run 'lpx repo -c "
-            f"lpx.yaml --variant {variant}' first (or pass --model-path with the checkpoint's path in the volume)"
+            f"lpx.yaml --variant {variant}' first{hint}"
         )
     return max(found)[1]
 
 
 def vllm_engine_args(cfg: Config, variant: str) -> dict[str, Any]:
     """The vllm build's engine arguments, from the variant's newest repository (lpx_vllm.json)."""
-    try:
-        engine = repository(cfg, variant) / "tensorrt_llm" / "1" / "engine"
-    except NotFound as exc:
-        raise NotFound(
-            f"{exc}. Dynamo's vLLM worker takes the build's engine arguments (lpx_vllm.json) as flags, so "
-            "the repository is needed even with --model-path"
-        ) from None
+    engine = repository(cfg, variant) / "tensorrt_llm" / "1" / "engine"
     return dynamo_vllm.engine_args(engine)
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
-from ..runtime.engines.vllm_engine import read_build
+from ..runtime.engines.vllm_engine import MODEL_FILE, read_build
+
+__all__ = ["MODEL_FILE", "engine_args", "flags", "worker_args"]
 
 KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
