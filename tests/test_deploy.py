@@ -71,6 +71,7 @@ CASES = {
         },
     ),
     "engine-tp8-pp2-lws": lambda: config("engine", archs=("sm90",), tp=8, pp=2, gpus_per_node=8),
+    "vllm-tp2": lambda: config("vllm", archs=("sm90", "sm100"), tp=2),
 }
 
 
@@ -87,10 +88,19 @@ def trees(tmp_path_factory) -> dict[str, tuple[object, Path]]:
 
 @pytest.fixture(scope="module")
 def dynamo_tree(tmp_path_factory) -> Path:
+    """Both Dynamo trees, disaggregated, under one folder: llmapi (TensorRT-LLM worker) and vllm (vLLM
+    worker, whose engine flags come from a repository's lpx_vllm.json)."""
+    from test_pods_upstream import fake_repo
+
+    root = tmp_path_factory.mktemp("dynamo")
     cfg = config("llmapi", archs=("sm90",))
-    folder = tmp_path_factory.mktemp("dynamo") / "dyn"
-    deploy_dynamo(cfg, cfg.variants[0].name, folder, disagg=True, model_path="/models/ckpt")
-    return folder
+    deploy_dynamo(cfg, cfg.variants[0].name, root / "dyn", disagg=True, model_path="/models/ckpt")
+    cfg = config("vllm", archs=("sm90",))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LPX_HOME", str(root / "home"))
+        fake_repo(root / "home", cfg)
+        deploy_dynamo(cfg, cfg.variants[0].name, root / "dyn-vllm", disagg=True)
+    return root
 
 
 def test_core_objects_validate_strictly_on_two_kubernetes_versions(trees, dynamo_tree) -> None:
@@ -172,7 +182,7 @@ def test_checkov_passes_with_every_skip_justified(trees, dynamo_tree, tmp_path) 
     for folder in [f for _, f in trees.values()] + [dynamo_tree]:
         for _, doc in documents(folder):
             extracted += embedded_pods(doc)
-    assert len(extracted) >= 4  # LWS leader + worker, Dynamo frontend + prefill + decode
+    assert len(extracted) >= 8  # LWS leader + worker, two Dynamo graphs' frontend + prefill + decode
     (tmp_path / "embedded.yaml").write_text(yaml.safe_dump_all(extracted))
     res = checkov("-d", str(parent.pop()), "-f", str(tmp_path / "embedded.yaml"), "--framework", "kubernetes")
     assert res.returncode == 0, res.stdout[-4000:]
@@ -384,10 +394,10 @@ def test_cli_refusals_are_clear(tmp_path) -> None:
 
 
 def test_dockerfiles_lint_clean() -> None:
-    files = [str(ROOT / name) for name in ("Dockerfile", "Dockerfile.slim")]
+    files = [str(ROOT / name) for name in ("Dockerfile", "Dockerfile.slim", "Dockerfile.vllm")]
     res = subprocess.run([tool("hadolint"), *files], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout
-    res = checkov("-f", files[0], "-f", files[1], "--framework", "dockerfile")
+    res = checkov(*(a for f in files for a in ("-f", f)), "--framework", "dockerfile")
     assert res.returncode == 0 and "Passed checks:" in res.stdout, res.stdout
     for file in files:
         text = Path(file).read_text()

@@ -28,7 +28,7 @@ from pod_runner import Pod, PodFailure, entrypoint, pod_templates, resolve_comma
 
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.deploy import deploy_k8s
+from pipeline.deploy import deploy_k8s, images
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,9 +38,12 @@ SSH = {"host_key": "H\n", "authorized_keys": "A\n", "id_ed25519": "K\n", "known_
 
 
 def lpx_images(cfg) -> dict[str, list[str]]:
+    """LPX's images as the manifests name them (under deploy.registry) -> their Dockerfile's ENTRYPOINT."""
+    d = cfg.deploy
     return {
-        cfg.deploy.slim_image: entrypoint(ROOT / "Dockerfile.slim"),
-        cfg.deploy.image: entrypoint(ROOT / "Dockerfile"),
+        images.qualified(cfg, d.slim_image): entrypoint(ROOT / "Dockerfile.slim"),
+        images.qualified(cfg, d.image): entrypoint(ROOT / "Dockerfile"),
+        images.qualified(cfg, d.vllm_image): entrypoint(ROOT / "Dockerfile.vllm"),
     }
 
 
@@ -206,6 +209,30 @@ def test_engine_pod_gateway_becomes_ready_without_a_gpu(torch_pod, packed, tmp_p
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
     )
     pod.stop()  # its own network is not used: the shared Triton lives in the torch pod's
+    pod.holder = shared.holder
+    check_upstream_lpx(spec["containers"][0], pod.sources)
+    run_gateway(pod, spec, lpx_images(cfg))
+
+
+def test_vllm_pod_gateway_becomes_ready(torch_pod, packed, tmp_path) -> None:
+    """The vllm target's pod (tp 2): its Triton container (LPX's vllm image, `lpx serve --repo /models`)
+    parses with the real CLI and names only mounted paths; its gateway sidecar runs as the kubelet would
+    and passes its readiness probe against the torch pod's Triton (same model names; a vllm repository is
+    built for any arch, like the torch one). The Triton + vLLM container itself is not started here:
+    tests/test_vllm_serving.py serves the vllm target on a real tritonserver through the same `lpx serve`
+    path, and a second vLLM start would add 100-170 s to the suite."""
+    _, _, shared = torch_pod
+    cfg = config("vllm", tp=2)
+    ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
+    assert spec["containers"][0]["image"] == images.qualified(cfg, cfg.deploy.vllm_image)
+    pod = Pod(
+        spec,
+        tmp_path / "pod",
+        config_maps=GENERATED_CONFIG_MAPS,
+        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
+        claims={cfg.deploy.repository.pvc or "lpx-models": packed["torch"]},
+    )
+    pod.stop()  # the shared Triton lives in the torch pod's network
     pod.holder = shared.holder
     check_upstream_lpx(spec["containers"][0], pod.sources)
     run_gateway(pod, spec, lpx_images(cfg))

@@ -27,6 +27,22 @@ def _variant(cfg, variant: str | None) -> str:
     raise UsageError(f"lpx.yaml has several variants ({', '.join(names)}) - pick one with --variant")
 
 
+def _with_registry(cfg, registry: str):
+    """cfg with deploy.registry set, validated as lpx.yaml's own value would be."""
+    from ..config import Deploy
+
+    data = cfg.deploy.model_dump()
+    data["registry"] = registry
+    try:
+        deploy = Deploy.model_validate(data)
+    except ValueError:
+        raise click.BadParameter(
+            f"{registry!r} is not a registry: write host[:port][/path], e.g. ghcr.io/my-org or localhost:5000",
+            param_hint="--registry",
+        ) from None
+    return cfg.model_copy(update={"deploy": deploy})
+
+
 @click.group("deploy")
 def deploy() -> None:
     """Write deployment manifests (Kubernetes, NVIDIA Dynamo) for one variant. They are generated as data
@@ -37,21 +53,30 @@ def deploy() -> None:
 @config_option
 @click.option("--variant", default=None, help="The variant to deploy (default: the config's only one).")
 @click.option(
+    "--registry",
+    default=None,
+    help="Registry of LPX's images (host[:port][/path]; default: deploy.registry, localhost:5000).",
+)
+@click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=Path("deploy/k8s"),
     show_default=True,
     help="Folder to write.",
 )
-def k8s(config_path: Path | None, variant: str, out: Path) -> None:
-    """Kubernetes for the engine and torch targets: base/ (Services, PDB, NetworkPolicy, ServiceMonitor,
-    PrometheusRule, HPA) and overlays/<arch>/ (the Deployment, or a LeaderWorkerSet when tp x pp spans
-    nodes) per build.archs. Apply one overlay: kubectl apply -k OUT/overlays/sm90."""
-    from ..deploy import deploy_k8s
+def k8s(config_path: Path | None, variant: str, registry: str | None, out: Path) -> None:
+    """Kubernetes for the engine, torch and vllm targets: base/ (Services, PDB, NetworkPolicy,
+    ServiceMonitor, PrometheusRule, HPA) and overlays/<arch>/ (the Deployment, or a LeaderWorkerSet when
+    tp x pp spans nodes) per build.archs. Apply one overlay: kubectl apply -k OUT/overlays/sm90."""
+    from ..deploy import deploy_k8s, images
 
     cfg = _config(config_path)
+    if registry is not None:
+        cfg = _with_registry(cfg, registry)
     written = deploy_k8s(cfg, _variant(cfg, variant), out)
     click.echo(f"wrote {len(written)} files under {out}")
+    click.echo(f"  images: {', '.join(sorted({images.server(cfg), images.slim(cfg)}))}")
+    click.echo("  (each overlay's kustomization.yaml lists them under images: to change one per overlay)")
     for arch in cfg.build.archs:
         click.echo(f"  kubectl apply -k {out / 'overlays' / arch}")
     click.echo(
@@ -63,7 +88,9 @@ def k8s(config_path: Path | None, variant: str, out: Path) -> None:
 @deploy.command("dynamo")
 @config_option
 @click.option(
-    "--variant", default=None, help="The variant to deploy (build.target: llmapi; default: the only one)."
+    "--variant",
+    default=None,
+    help="The variant to deploy (build.target: llmapi or vllm; default: the only one).",
 )
 @click.option("--disagg", is_flag=True, help="Disaggregated prefill and decode workers.")
 @click.option(
@@ -89,15 +116,18 @@ def k8s(config_path: Path | None, variant: str, out: Path) -> None:
 def dynamo(
     config_path: Path | None, variant: str, disagg: bool, api_version: str, model_path: str | None, out: Path
 ) -> None:
-    """NVIDIA Dynamo for the llmapi target: a DynamoGraphDeployment (aggregated, or --disagg) and the
-    ConfigMap of its engine args, and the two commands that serve the same on one machine."""
+    """NVIDIA Dynamo for the llmapi and vllm targets: a DynamoGraphDeployment (aggregated, or --disagg)
+    with Dynamo's TensorRT-LLM or vLLM worker (and llmapi's engine args in a ConfigMap), and the two
+    commands that serve the same on one machine."""
     from ..deploy import deploy_dynamo
+    from ..deploy import dynamo as dynamo_images
 
     cfg = _config(config_path)
     written, commands = deploy_dynamo(
         cfg, _variant(cfg, variant), out, disagg=disagg, model_path=model_path, api_version=api_version
     )
     click.echo(f"wrote {len(written)} files under {out}; apply: kubectl apply -k {out}")
+    click.echo(f"  image: {dynamo_images.IMAGES[cfg.build.target]} (kustomization.yaml images: to change it)")
     click.echo("on one machine:")
     for command in commands:
         click.echo(f"  {command}")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+
+from pydantic import Field, field_validator, model_validator
 
 from .base import GPUS, INT32_MAX, MAX_GPUS, Strict, bounded
 
 REPLICAS = "Kubernetes' replica counts are int32"
+# a registry host (a dot or a port, or localhost) and an optional path; an image reference name:tag
+REGISTRY = r"^(localhost|[a-z0-9-]+(\.[a-z0-9-]+)+|[a-z0-9.-]+:[0-9]+)(:[0-9]+)?(/[a-z0-9._-]+)*$"
+IMAGE = r"^[a-z0-9.:/_-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
 
 
 class Autoscaling(Strict):
@@ -60,12 +65,24 @@ class Deploy(Strict):
     """`lpx deploy`: Kubernetes and Dynamo manifests (written, validated offline; applying them is yours)."""
 
     namespace: str = Field("lpx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    registry: str = Field(
+        "localhost:5000",
+        description="Registry (host[:port][/path]) of LPX's own images, prefixed to image, slim_image and "
+        "vllm_image unless they name a registry themselves. The default is a local registry (kind, k3d, "
+        "minikube's registry addon); set yours, or `lpx deploy --registry`. Each overlay's kustomization "
+        "lists the images (kustomize `images:`) to override per overlay.",
+    )
     image: str = Field(
         "lpx-trtllm:0.1.0",
-        description="Image serving the engine and llmapi targets: the Dockerfile (Triton TensorRT-LLM base).",
+        description="Image serving the engine target: the Dockerfile (Triton TensorRT-LLM base).",
     )
     slim_image: str = Field(
-        "lpx-slim:0.1.0", description="Image of the gateway and the torch target: Dockerfile.slim."
+        "lpx-slim:0.1.0",
+        description="Image of the gateway and the torch target: Dockerfile.slim.",
+    )
+    vllm_image: str = Field(
+        "lpx-vllm:0.1.0",
+        description="Image serving the vllm target: Dockerfile.vllm (LPX's slim image + vLLM's own environment).",
     )
     replicas: int = bounded(1, ge=1, le=INT32_MAX, limit=REPLICAS)
     gpus_per_node: int = bounded(
@@ -92,6 +109,26 @@ class Deploy(Strict):
     )
     repository: Repository = Field(default_factory=Repository)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        if not re.fullmatch(REGISTRY, value):
+            raise ValueError(
+                f"{value!r} is not a registry: write host[:port][/path] without a scheme, e.g. ghcr.io/my-org "
+                "or localhost:5000"
+            )
+        return value
+
+    @field_validator("image", "slim_image", "vllm_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not re.fullmatch(IMAGE, value):
+            raise ValueError(
+                f"{value!r} is not an image reference: write [registry/]name[:tag][@sha256:digest] in "
+                "lowercase, e.g. lpx-slim:0.1.0 or ghcr.io/my-org/lpx-slim:0.1.0"
+            )
+        return value
 
     @model_validator(mode="after")
     def _replicas(self) -> Deploy:

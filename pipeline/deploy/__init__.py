@@ -1,8 +1,12 @@
 """`lpx deploy`: hand a variant over to the systems that scale it. Manifests are data, validated offline.
 
-  k8s.py      the pods: Deployment or LeaderWorkerSet, containers, probes, volumes, GPU affinity
+  k8s.py      the pods: Deployment, containers, probes, volumes, GPU affinity
+  lws.py      a LeaderWorkerSet when tp x pp spans nodes (mpi.py: the workers' sshd, the leader's mpirun)
+  delivery.py the repositories into the pod: CI's tarball streamed by an init container, or a PVC
   cluster.py  around them: Services, PDB, NetworkPolicy, ServiceMonitor, PrometheusRule, HPA
-  dynamo.py   NVIDIA Dynamo's DynamoGraphDeployment (aggregated or disaggregated) for the llmapi target
+  dynamo.py   NVIDIA Dynamo's DynamoGraphDeployment (aggregated or disaggregated) for the llmapi and
+              vllm targets (Dynamo's TensorRT-LLM or vLLM worker)
+  images.py   every image fully qualified: upstream ones as published, LPX's under deploy.registry
   write.py    the kustomize tree on disk, written atomically
 
 No cluster, image registry or container daemon exists where LPX is developed: what is generated here is
@@ -16,8 +20,15 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
-from . import cluster, dynamo, k8s
+from . import cluster, dynamo, images, k8s, lws
 from .write import file_name, kustomization, write_tree
+
+
+def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
+    """One arch's Deployment, or its LeaderWorkerSet when tp x pp spans nodes."""
+    if k8s.is_lws(cfg):
+        return lws.leader_worker_set(cfg, variant, arch)
+    return k8s.deployment(cfg, variant, arch)
 
 
 def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
@@ -27,7 +38,7 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
     if cfg.build.target == "llmapi":
         raise UsageError(
             "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
-            "'lpx deploy dynamo' (or build.target engine / torch for Kubernetes with Triton)"
+            "'lpx deploy dynamo' (or build.target engine / torch / vllm for Kubernetes with Triton)"
         )
     base = [k8s.namespace(cfg), *cluster.base_objects(cfg, variant)]
     files: dict[str, dict[str, Any]] = {f"base/{file_name(o)}": o for o in base}
@@ -35,11 +46,13 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
         [file_name(o) for o in base], namespace=cfg.deploy.namespace
     )
     for arch in cfg.build.archs:
-        objects = [k8s.workload(cfg, variant, arch), *cluster.per_arch_objects(cfg, variant, arch)]
+        objects = [workload(cfg, variant, arch), *cluster.per_arch_objects(cfg, variant, arch)]
         for o in objects:
             files[f"overlays/{arch}/{file_name(o)}"] = o
         files[f"overlays/{arch}/kustomization.yaml"] = kustomization(
-            ["../../base", *(file_name(o) for o in objects)], namespace=cfg.deploy.namespace
+            ["../../base", *(file_name(o) for o in objects)],
+            namespace=cfg.deploy.namespace,
+            images=images.kustomize_images(images.of(objects)),
         )
     return files
 
@@ -56,8 +69,8 @@ def deploy_dynamo(
     model_path: str | None = None,
     api_version: str = dynamo.DEFAULT_API_VERSION,
 ) -> tuple[list[Path], list[str]]:
-    """The DynamoGraphDeployment tree (+ the engine args as files, for the local commands); returns the
-    written files and the two commands that serve the same on one machine."""
+    """The DynamoGraphDeployment tree (+ llmapi's engine args as files, for the local commands); returns
+    the written files and the two commands that serve the same on one machine."""
     import yaml
 
     cfg = cfg.for_variant(cfg.variant(variant))
@@ -67,19 +80,21 @@ def deploy_dynamo(
     )
     files: dict = {file_name(o): o for o in objects}
     files["kustomization.yaml"] = kustomization(
-        [file_name(o) for o in objects], namespace=cfg.deploy.namespace
+        [file_name(o) for o in objects],
+        namespace=cfg.deploy.namespace,
+        images=images.kustomize_images(images.of(objects)),
     )
-    config_map = objects[1]
     written = write_tree(out, files)
     engine = Path(out) / "engine"
-    engine.mkdir(exist_ok=True)
-    for name, text in config_map["data"].items():
-        (engine / name).write_text(text, encoding="utf-8")
-        written.append(engine / name)
-    if disagg:
-        (engine / "worker.yaml").write_text(
-            yaml.safe_dump(dynamo.engine_args(cfg, variant, "worker"), sort_keys=False), encoding="utf-8"
-        )
-        written.append(engine / "worker.yaml")
+    for config_map in (o for o in objects if o["kind"] == "ConfigMap"):  # llmapi: the LLM-API YAMLs
+        engine.mkdir(exist_ok=True)
+        for name, text in config_map["data"].items():
+            (engine / name).write_text(text, encoding="utf-8")
+            written.append(engine / name)
+        if disagg:
+            (engine / "worker.yaml").write_text(
+                yaml.safe_dump(dynamo.engine_args(cfg, variant, "worker"), sort_keys=False), encoding="utf-8"
+            )
+            written.append(engine / "worker.yaml")
     local = model_path if model_path and not model_path.startswith(k8s.MODELS_MOUNT) else None
     return written, dynamo.local_commands(cfg, variant, engine.resolve(), local)

@@ -1,22 +1,27 @@
-"""NVIDIA Dynamo for the llmapi target: a DynamoGraphDeployment (nvidia.com/v1alpha1 `spec.services`, or
-v1beta1 `spec.components`)
-whose TensorRT-LLM workers serve LPX's unified HF checkpoint with LPX's checked LLM-API options.
+"""NVIDIA Dynamo for the llmapi and vllm targets: a DynamoGraphDeployment (nvidia.com/v1beta1
+`spec.components` by default, v1alpha1 `spec.services` for older operators) whose workers serve LPX's
+unified HF checkpoint with LPX's checked engine options.
 
-Facts (tests/contracts/crds/ pins the CRD; docs/deploy.md has the sources): Dynamo's TensorRT-LLM worker
-runs the PyTorch backend only, from a checkpoint folder (`--model-path`) and an LLM-API YAML
-(`--extra-engine-args`), never a trtllm-build engine or a Triton repository; it passes those arguments
-through unchecked, so LPX writes only options it checks (stages/build/llmapi.py, the contract in
-tests/contracts/trtllm_llmapi_options.json). Disaggregated serving adds `cache_transceiver_config` to both
-phases, `disable_overlap_scheduler: true` to prefill workers, and `--disaggregation-mode prefill|decode`.
-
-The options go into a ConfigMap mounted at /etc/lpx/engine; the checkpoint is read from the model
-repositories (a PVC or CI's tarball, as for Kubernetes) under the path the llmapi repository has in
-LPX_HOME, so the same lpx-repos.tgz feeds both deployments.
+Facts (tests/contracts/ pins the CRD, the release and the components' flags; docs/deploy.md has the
+sources):
+- llmapi: Dynamo's TensorRT-LLM worker (`python3 -m dynamo.trtllm`, image tensorrtllm-runtime) runs the
+  PyTorch backend only, from a checkpoint folder (`--model-path`) and an LLM-API YAML
+  (`--extra-engine-args`), which it passes through unchecked, so LPX writes only options it checks
+  (stages/build/llmapi.py, tests/contracts/trtllm_llmapi_options.json). Disaggregated serving adds
+  `cache_transceiver_config` to both phases, `disable_overlap_scheduler: true` to prefill workers, and
+  `--disaggregation-mode prefill|decode`. The options go into a ConfigMap mounted at /etc/lpx/engine.
+- vllm: Dynamo's vLLM worker (`python3 -m dynamo.vllm`, image vllm-runtime) takes vLLM's engine
+  arguments as flags (`--model`, `--max-model-len` ...): those of the variant's vllm build
+  (lpx_vllm.json's engine_args + gpu_engine_args, names checked against vLLM's EngineArgs). Disaggregated:
+  `--disaggregation-mode prefill|decode` and NIXL for the KV transfer, as Dynamo's examples.
+The checkpoint is read from the model repositories (a PVC) under the path the repository has in LPX_HOME,
+so the same lpx-repos.tgz feeds Kubernetes and Dynamo.
 """
 
 from __future__ import annotations
 
 import copy
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +29,18 @@ from ..artifacts import KINDS, home, read_manifest
 from ..config import Config
 from ..errors import NotFound, UsageError
 from ..stages.build.llmapi import llmapi_options
-from . import k8s
+from . import dynamo_vllm, k8s
 
 ENGINE_MOUNT = "/etc/lpx/engine"
 # Dynamo v1.5.0 (GA 2026-09-18; tests/contracts/dynamo_release.json has the sources): v1beta1 is the CRD
 # storage version, v1alpha1 deprecated (still served, converted by the operator's webhook)
-DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.5.0"
+DYNAMO_RELEASE = "1.5.0"
+IMAGES = {
+    "llmapi": f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{DYNAMO_RELEASE}",
+    "vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_RELEASE}",
+}
+DYNAMO_IMAGE = IMAGES["llmapi"]
+BACKENDS = {"llmapi": "trtllm", "vllm": "vllm"}  # build.target -> spec.backendFramework / dynamo.<module>
 DEFAULT_API_VERSION = "v1beta1"
 # checkov checks that do not apply to Dynamo's pods (written into the graph's checkov.io/skip annotations)
 SKIPS = {
@@ -55,46 +66,67 @@ def engine_args(cfg: Config, variant: str, phase: str) -> dict[str, Any]:
     return options
 
 
-def checkpoint_path(cfg: Config, variant: str) -> str:
-    """The llmapi checkpoint's path relative to LPX_HOME (the same inside CI's lpx-repos.tgz): the newest
-    complete repository of the variant."""
+def repository(cfg: Config, variant: str) -> Path:
+    """The newest complete repository of the variant with a checkpoint folder (llmapi, vllm)."""
     folder = home() / "artifacts" / KINDS["repo"] / cfg.model.name / variant
     found = []
     for manifest in folder.glob("*/*/manifest.json"):
         m = read_manifest(manifest.parent)
-        if m is not None and (manifest.parent / "tensorrt_llm" / "1" / "engine" / "checkpoint").is_dir():
+        engine = manifest.parent / "tensorrt_llm" / "1" / "engine"
+        # a vllm repository has lpx_vllm.json beside the checkpoint, an llmapi one has not
+        if (
+            m is not None
+            and (engine / "checkpoint").is_dir()
+            and ((engine / dynamo_vllm.MODEL_FILE).is_file() == (cfg.build.target == "vllm"))
+        ):
             found.append((m.get("created", 0), manifest.parent))
     if not found:
-        raise NotFound(
-            f"No llmapi repository of variant '{variant}' under {folder} - run 'lpx repo -c lpx.yaml "
-            f"--variant {variant}' first (or pass --model-path with the checkpoint's path in the volume)"
+        hint = (
+            "; Dynamo's vLLM worker takes the build's engine arguments (lpx_vllm.json there) as flags, so the "
+            "repository is needed even with --model-path"
+            if cfg.build.target == "vllm"
+            else " (or pass --model-path with the checkpoint's path in the volume)"
         )
-    repo = max(found)[1]
+        raise NotFound(
+            f"No {cfg.build.target} repository of variant '{variant}' under {folder} - run 'lpx repo -c "
+            f"lpx.yaml --variant {variant}' first{hint}"
+        )
+    return max(found)[1]
+
+
+def vllm_engine_args(cfg: Config, variant: str) -> dict[str, Any]:
+    """The vllm build's engine arguments, from the variant's newest repository (lpx_vllm.json)."""
+    engine = repository(cfg, variant) / "tensorrt_llm" / "1" / "engine"
+    return dynamo_vllm.engine_args(engine)
+
+
+def checkpoint_path(cfg: Config, variant: str) -> str:
+    """The checkpoint's path relative to LPX_HOME (the same inside CI's lpx-repos.tgz)."""
+    repo = repository(cfg, variant)
     return str((repo / "tensorrt_llm" / "1" / "engine" / "checkpoint").relative_to(home()))
 
 
-def _main_container(cfg: Config, phase: str, model_path: str, image: str) -> dict[str, Any]:
-    args = [
-        "--model-path",
-        model_path,
-        "--served-model-name",
-        cfg.model.name,
-        "--extra-engine-args",
-        f"{ENGINE_MOUNT}/{phase}.yaml",
-    ]
-    if phase != "worker":
-        args += ["--disaggregation-mode", phase]
+def worker_args(cfg: Config, variant: str, phase: str, model_path: str) -> list[str]:
+    """The worker's arguments (after `python3 -m dynamo.<backend>`)."""
+    if cfg.build.target == "vllm":
+        return dynamo_vllm.worker_args(cfg, phase, model_path, vllm_engine_args(cfg, variant))
+    args = ["--model-path", model_path, "--served-model-name", cfg.model.name]
+    args += ["--extra-engine-args", f"{ENGINE_MOUNT}/{phase}.yaml"]
+    return args + (["--disaggregation-mode", phase] if phase != "worker" else [])
+
+
+def _main_container(cfg: Config, variant: str, phase: str, model_path: str, image: str) -> dict[str, Any]:
+    mounts = [{"name": "models", "mountPath": k8s.MODELS_MOUNT, "readOnly": True}]
+    if cfg.build.target == "llmapi":
+        mounts.append({"name": "engine-args", "mountPath": ENGINE_MOUNT, "readOnly": True})
     return {
         "name": "main",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "securityContext": SECURITY,
-        "command": ["python3", "-m", "dynamo.trtllm"],
-        "args": args,
-        "volumeMounts": [
-            {"name": "models", "mountPath": k8s.MODELS_MOUNT, "readOnly": True},
-            {"name": "engine-args", "mountPath": ENGINE_MOUNT, "readOnly": True},
-        ],
+        "command": ["python3", "-m", f"dynamo.{BACKENDS[cfg.build.target]}"],
+        "args": worker_args(cfg, variant, phase, model_path),
+        "volumeMounts": mounts,
     }
 
 
@@ -125,10 +157,12 @@ def _volumes(cfg: Config, variant: str) -> list[dict[str, Any]]:
             "deploy dynamo reads the checkpoint from a PVC: set deploy.repository.pvc (Dynamo's pods have "
             "no LPX init container to fetch deploy.repository.url)"
         )
-    return [
-        {"name": "models", "persistentVolumeClaim": {"claimName": r.pvc or "lpx-models", "readOnly": True}},
-        {"name": "engine-args", "configMap": {"name": _config_map_name(cfg, variant)}},
+    volumes = [
+        {"name": "models", "persistentVolumeClaim": {"claimName": r.pvc or "lpx-models", "readOnly": True}}
     ]
+    if cfg.build.target == "llmapi":
+        volumes.append({"name": "engine-args", "configMap": {"name": _config_map_name(cfg, variant)}})
+    return volumes
 
 
 def _gpus(cfg: Config) -> str:
@@ -152,7 +186,7 @@ def spec_v1beta1(cfg: Config, variant: str, phases: list[str], path: str, image:
         }
     ]
     for phase in phases:
-        main = _main_container(cfg, phase, path, image)
+        main = _main_container(cfg, variant, phase, path, image)
         limits = {"nvidia.com/gpu": _gpus(cfg), "cpu": cfg.deploy.cpu, "memory": cfg.deploy.memory}
         main["resources"] = {"requests": dict(limits), "limits": limits}
         components.append(
@@ -170,7 +204,7 @@ def spec_v1beta1(cfg: Config, variant: str, phases: list[str], path: str, image:
                 },
             }
         )
-    return {"backendFramework": "trtllm", "components": components}
+    return {"backendFramework": BACKENDS[cfg.build.target], "components": components}
 
 
 def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image: str) -> dict[str, Any]:
@@ -184,9 +218,12 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
             "extraPodSpec": {"securityContext": POD_SECURITY, "mainContainer": _frontend(image)},
         }
     }
-    names = {"worker": "TRTLLMWorker", "prefill": "TRTLLMPrefillWorker", "decode": "TRTLLMDecodeWorker"}
+    prefix = "TRTLLM" if cfg.build.target == "llmapi" else "Vllm"
+    names = {
+        p: f"{prefix}{p.title() if p != 'worker' else ''}Worker" for p in ("worker", "prefill", "decode")
+    }
     for phase in phases:
-        main = _main_container(cfg, phase, path, image)
+        main = _main_container(cfg, variant, phase, path, image)
         main.pop("name")
         service: dict[str, Any] = {"componentType": "worker", "replicas": cfg.deploy.replicas}
         if phase != "worker":
@@ -200,7 +237,7 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
             "volumes": _volumes(cfg, variant),
         }
         services[names[phase]] = service
-    return {"backendFramework": "trtllm", "services": services}
+    return {"backendFramework": BACKENDS[cfg.build.target], "services": services}
 
 
 def _config_map_name(cfg: Config, variant: str) -> str:
@@ -215,17 +252,17 @@ def dynamo_objects(
     variant: str,
     disagg: bool = False,
     model_path: str | None = None,
-    image: str = DYNAMO_IMAGE,
+    image: str | None = None,
     api_version: str = DEFAULT_API_VERSION,
 ) -> list[dict[str, Any]]:
-    """[Namespace, ConfigMap with the engine args, DynamoGraphDeployment]. v1beta1 by default (served
-    from Dynamo 1.2.0, the storage version from 1.5.0); v1alpha1 (`spec.services`) for operators before
-    1.2.0."""
+    """[Namespace, (llmapi: the ConfigMap with the engine args,) DynamoGraphDeployment]. v1beta1 by default
+    (served from Dynamo 1.2.0, the storage version from 1.5.0); v1alpha1 (`spec.services`) for operators
+    before 1.2.0. image: Dynamo's runtime for the target (IMAGES) unless given."""
     cfg.variant(variant)  # a clear error for an unknown name
-    if cfg.build.target != "llmapi":
+    if cfg.build.target not in BACKENDS:
         raise UsageError(
-            f"'lpx deploy dynamo' serves the llmapi target (a unified HF checkpoint); this config builds "
-            f"'{cfg.build.target}' - set build.target: llmapi, or use 'lpx deploy k8s'"
+            f"'lpx deploy dynamo' serves the llmapi and vllm targets (a unified HF checkpoint); this config "
+            f"builds '{cfg.build.target}' - set build.target: llmapi or vllm, or use 'lpx deploy k8s'"
         )
     if api_version not in API_VERSIONS:
         raise UsageError(
@@ -233,18 +270,6 @@ def dynamo_objects(
         )
     phases = PHASES["disagg" if disagg else "agg"]
     path = model_path or f"{k8s.MODELS_MOUNT}/{checkpoint_path(cfg, variant)}"
-    import yaml
-
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": _config_map_name(cfg, variant),
-            "namespace": cfg.deploy.namespace,
-            "labels": k8s.labels(cfg, variant),
-        },
-        "data": {f"{p}.yaml": yaml.safe_dump(engine_args(cfg, variant, p), sort_keys=False) for p in phases},
-    }
     graph = {
         "apiVersion": f"nvidia.com/{api_version}",
         "kind": "DynamoGraphDeployment",
@@ -256,22 +281,46 @@ def dynamo_objects(
                 f"checkov.io/skip{i + 1}": f"{c}={why}" for i, (c, why) in enumerate(SKIPS.items())
             },
         },
-        "spec": API_VERSIONS[api_version](cfg, variant, phases, path, image),
+        "spec": API_VERSIONS[api_version](cfg, variant, phases, path, image or IMAGES[cfg.build.target]),
     }
-    return [k8s.namespace(cfg), config_map, graph]
+    if cfg.build.target == "vllm":
+        return [k8s.namespace(cfg), graph]
+    return [k8s.namespace(cfg), engine_config_map(cfg, variant, phases), graph]
+
+
+def engine_config_map(cfg: Config, variant: str, phases: list[str]) -> dict[str, Any]:
+    """llmapi: each phase's LLM-API YAML (`--extra-engine-args`)."""
+    import yaml
+
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": _config_map_name(cfg, variant),
+            "namespace": cfg.deploy.namespace,
+            "labels": k8s.labels(cfg, variant),
+        },
+        "data": {f"{p}.yaml": yaml.safe_dump(engine_args(cfg, variant, p), sort_keys=False) for p in phases},
+    }
+
+
+# One machine without etcd or NATS: discovery through the file system (`--discovery-backend file`) and the
+# TCP request plane, flags of both components (tests/contracts/dynamo_cli.json)
+LOCAL = ["--discovery-backend", "file", "--request-plane", "tcp"]
 
 
 def local_commands(cfg: Config, variant: str, engine_dir: Path, checkpoint: str | None = None) -> list[str]:
-    """The two commands that serve the same thing on one machine (Dynamo installed). No etcd or NATS:
-    a file key-value store and the TCP request plane (flags of Dynamo's components since 1.x)."""
+    """The two commands that serve the same thing on one machine (Dynamo installed)."""
     if checkpoint is None:
         try:
             checkpoint = str(home() / checkpoint_path(cfg, variant))
         except NotFound:
-            checkpoint = "<the llmapi checkpoint folder>"
-    path = checkpoint
+            checkpoint = f"<the {cfg.build.target} checkpoint folder>"
+    module = f"dynamo.{BACKENDS[cfg.build.target]}"
+    worker = ["python3", "-m", module, *worker_args(cfg, variant, "worker", checkpoint)]
+    if "--extra-engine-args" in worker:  # llmapi: the YAML written beside the manifests
+        worker[worker.index("--extra-engine-args") + 1] = str(engine_dir / "worker.yaml")
     return [
-        "python3 -m dynamo.frontend --http-port 8000 --store-kv file --request-plane tcp",
-        f"python3 -m dynamo.trtllm --model-path {path} --served-model-name {cfg.model.name} "
-        f"--extra-engine-args {engine_dir / 'worker.yaml'} --store-kv file --request-plane tcp",
+        shlex.join(["python3", "-m", "dynamo.frontend", "--http-port", "8000", *LOCAL]),
+        shlex.join(worker + LOCAL),
     ]

@@ -28,7 +28,8 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
-from . import mpi
+from . import images
+from .delivery import fetch_container, models_size, quantity_bytes  # noqa: F401 (quantity_bytes: tests)
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
 MODELS_MOUNT = "/models"
@@ -37,7 +38,6 @@ CONFIG_MOUNT = "/etc/lpx/config"  # the deployed lpx.yaml: the sidecar's serving
 CHAT_TEMPLATE = "chat_template.jinja"  # serving.openai.chat_template's text, beside it
 LPX_HOME = "/home/lpx/.lpx"
 USER_ID = 1000
-FETCH_IMAGE = "curlimages/curl:8.11.1"  # curl + busybox tar/sha256sum, runs as non-root (uid 100)
 QUEUE_RATIO = "lpx:queue_compute_ratio"  # recording rule; prometheus-adapter serves it to the HPA
 QUEUE_RATIO_EXPR = (
     "sum by (namespace, pod) (rate(nv_inference_queue_duration_us[1m])) / "
@@ -69,9 +69,16 @@ def sm_capability(arch: str) -> tuple[int, int]:
     return n // 10, n % 10
 
 
+def gpus(cfg: Config) -> int:
+    """GPUs one replica holds: tp x pp for the engine target (one Triton rank each) and the vllm target
+    (vLLM's own tensor / pipeline workers in the pod), one for torch."""
+    b = cfg.build
+    return b.tp_size * b.pp_size if b.target in ("engine", "vllm") else b.ranks
+
+
 def is_lws(cfg: Config) -> bool:
     """tp x pp needs more GPUs than one node has: a LeaderWorkerSet instead of a Deployment."""
-    return cfg.build.ranks > cfg.deploy.gpus_per_node
+    return gpus(cfg) > cfg.deploy.gpus_per_node
 
 
 def workload_name(cfg: Config, variant: str, arch: str) -> str:
@@ -161,11 +168,16 @@ def container(
     }
 
 
+# vllm target: vLLM, torch.compile and Hugging Face write caches under HOME, which the read-only root holds;
+# they go to the LPX_HOME volume instead (the image's LPX_VLLM_PYTHON names vLLM's python: Dockerfile.vllm)
+VLLM_ENV = {"VLLM_CACHE_ROOT": f"{LPX_HOME}/vllm", "XDG_CACHE_HOME": f"{LPX_HOME}/cache"}
+
+
 def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     d = cfg.deploy
-    return container(
+    c = container(
         "triton",
-        d.slim_image if cfg.build.target == "torch" else d.image,
+        images.server(cfg),
         [
             "serve",
             "--repo",
@@ -192,6 +204,9 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
             ("tmp", "/tmp", False),
         ],
     )
+    if cfg.build.target == "vllm":
+        c["env"] += [{"name": k, "value": v} for k, v in VLLM_ENV.items()]
+    return c
 
 
 def config_map(cfg: Config, variant: str) -> dict[str, Any]:
@@ -232,7 +247,7 @@ def sidecar_args(cfg: Config, variant: str, arch: str) -> list[str]:
 def gateway_container(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     return container(
         "gateway",
-        cfg.deploy.slim_image,
+        images.slim(cfg),
         sidecar_args(cfg, variant, arch),
         ["openai"],
         (
@@ -249,65 +264,6 @@ def gateway_container(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
             ("tmp", "/tmp", False),
         ],
     )
-
-
-# The init container streams lpx-repos.tgz into the models volume: the checksum is taken on the same stream
-# (a fifo into sha256sum), the files land in a hidden folder and move into place only when it matches, so
-# a corrupt or partial download leaves nothing `lpx serve --repo /models` would pick up. No tarball copy:
-# the volume holds the unpacked repositories only. POSIX sh (busybox in the curl image, dash here).
-FETCH_SCRIPT = """set -eu
-rm -rf /models/.incoming /tmp/repos.fifo
-mkdir /models/.incoming
-mkfifo /tmp/repos.fifo
-sha256sum < /tmp/repos.fifo > /tmp/repos.sha256 &
-curl -fsSL --retry 5 "$REPOS_URL" | tee /tmp/repos.fifo | tar -xzf - -C /models/.incoming
-wait $!
-got=$(cut -d' ' -f1 /tmp/repos.sha256)
-if [ "$got" != "$REPOS_SHA256" ]; then
-  rm -rf /models/.incoming
-  echo "lpx-repos.tgz has sha256 $got, not $REPOS_SHA256 (deploy.repository.sha256): a corrupt download," \
-    "or the tarball was replaced - set sha256 from the new lpx-repos.tgz.sha256" >&2
-  exit 1
-fi
-rm -rf /models/artifacts
-mv /models/.incoming/* /models/
-rmdir /models/.incoming
-"""
-
-
-def quantity_bytes(q: str) -> int:
-    """'12Gi' -> bytes (binary and decimal suffixes, as Kubernetes reads them)."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?)?", q)
-    if not m:
-        raise UsageError(f"'{q}' is not a size - write it as Kubernetes does, e.g. 12Gi or 800Mi")
-    unit = m.group(2) or ""
-    scale = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-    scale.update({f"{k}i": 1024 ** (i + 1) for i, k in enumerate("KMGT")})
-    return int(float(m.group(1)) * scale[unit])
-
-
-def models_size(cfg: Config) -> str | None:
-    """The models emptyDir's limit: the unpacked repositories (deploy.repository.size) + 10 %, in Mi."""
-    size = cfg.deploy.repository.size
-    if size is None:
-        return None
-    return f"{-(-quantity_bytes(size) * 11 // 10) // 2**20 + 1}Mi"
-
-
-def fetch_container(cfg: Config) -> dict[str, Any]:
-    """Init container: stream CI's lpx-repos.tgz into the models volume, checking its sha256 on the way."""
-    r = cfg.deploy.repository
-    resources = {"cpu": "1", "memory": "512Mi", "ephemeral-storage": models_size(cfg)}
-    return {
-        "name": "fetch-repository",
-        "image": FETCH_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", FETCH_SCRIPT],
-        "env": [{"name": "REPOS_URL", "value": r.url}, {"name": "REPOS_SHA256", "value": r.sha256}],
-        "resources": {"requests": resources, "limits": dict(resources)},
-        "securityContext": _security(),
-        "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"}],
-    }
 
 
 def affinity(arch: str) -> dict[str, Any]:
@@ -373,7 +329,7 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
         ),
     }
     if fetch:
-        spec["initContainers"] = [fetch_container(cfg)]
+        spec["initContainers"] = [fetch_container(cfg, _security())]
     return spec
 
 
@@ -389,62 +345,10 @@ def deployment(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}},
-                "spec": pod_spec(cfg, variant, arch, cfg.build.ranks),
+                "spec": pod_spec(cfg, variant, arch, gpus(cfg)),
             },
         },
     )
-
-
-def leader_worker_set(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
-    """tp x pp above one node: a group of world / gpus_per_node pods. The leader runs `lpx serve`, whose
-    mpirun spans the group (servers/ranks.py derives the hosts from the LWS_* variables the
-    LeaderWorkerSet controller sets); workers hold their GPUs and run sshd, non-root, on port 2222 for
-    mpirun to start their ranks, with keys from deploy.ssh_secret (mpi.py)."""
-    per_node = cfg.deploy.gpus_per_node
-    world = cfg.build.ranks
-    if world % per_node:
-        raise UsageError(
-            f"tp_size x pp_size = {world} GPUs do not fill whole nodes of {per_node} - set "
-            "deploy.gpus_per_node to a divisor of it"
-        )
-    pod_labels = {**labels(cfg, variant), **arch_labels(cfg, variant, arch)}
-    leader = pod_spec(cfg, variant, arch, per_node)
-    worker = pod_spec(cfg, variant, arch, per_node, gateway=False)
-    rank = worker["containers"][0]
-    rank["command"] = mpi.worker_command()
-    rank.pop("args")
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        rank.pop(probe)
-    rank["ports"] = [{"name": "ssh", "containerPort": mpi.SSH_PORT}]
-    ssh = mpi.ssh_volume(cfg.deploy.ssh_secret)
-    for spec, c in ((worker, rank), (leader, leader["containers"][0])):
-        spec["volumes"].append(ssh)
-        c["volumeMounts"].append({"name": "ssh", "mountPath": mpi.SSH_MOUNT, "readOnly": True})
-    leader["containers"][0]["env"] += mpi.leader_env()
-    rank["readinessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 10}
-    rank["livenessProbe"] = {"tcpSocket": {"port": "ssh"}, "periodSeconds": 20}
-    return resource(
-        "leaderworkerset.x-k8s.io/v1",
-        "LeaderWorkerSet",
-        meta(cfg, variant, workload_name(cfg, variant, arch), POD_SKIPS),
-        {  # no replicas: the HPA owns the group count
-            "leaderWorkerTemplate": {
-                "size": world // per_node,
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": pod_labels}, "spec": leader},
-                "workerTemplate": {
-                    "metadata": {"labels": {**pod_labels, "app.kubernetes.io/component": "worker"}},
-                    "spec": worker,
-                },
-            },
-        },
-    )
-
-
-def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
-    if is_lws(cfg):
-        return leader_worker_set(cfg, variant, arch)
-    return deployment(cfg, variant, arch)
 
 
 def namespace(cfg: Config) -> dict[str, Any]:

@@ -30,11 +30,16 @@ def file_name(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
-def kustomization(resources: list[str], namespace: str | None = None) -> dict[str, Any]:
+def kustomization(
+    resources: list[str], namespace: str | None = None, images: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """images: kustomize `images:` entries (deploy/images.py), the per-overlay place to change one."""
     k: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
     if namespace:
         k["namespace"] = namespace
     k["resources"] = resources
+    if images:
+        k["images"] = images
     return k
 
 
