@@ -81,7 +81,7 @@ class Runner:
             if hit and stage not in self.force:
                 self.report.stage(stage, label, f"[green]cached[/green] {key}")
                 return hit
-            shared = self._shared(stage, model, variant, arch, key, slot)
+            shared = self._shared(stage, model, variant, arch, key, slot, label)
             if shared is not None:
                 return shared
             self.report.stage(
@@ -111,7 +111,7 @@ class Runner:
             return art
 
     def _shared(
-        self, stage: str, model: str, variant: str, arch: str, key: str, slot: Path
+        self, stage: str, model: str, variant: str, arch: str, key: str, slot: Path, label: str
     ) -> Artifact | None:
         """The same key already made for another variant of the model (variants that differ only by build
         target share their quantize and eval inputs): hard-linked into this slot, so the work is done once,
@@ -128,6 +128,7 @@ class Runner:
         )
         if source is None:
             return None
+        t0 = time.perf_counter()
         with self.store.staging(slot, key) as tmp:
             link_tree(source.path, tmp)
             (tmp / MANIFEST).unlink()  # linked: commit must write a file of its own, not the source's
@@ -138,11 +139,12 @@ class Runner:
                     **source.manifest,
                     "variant": variant,
                     "created": time.time(),
+                    "duration_s": round(time.perf_counter() - t0, 3),  # the links; the work is the source's
                     "shared_from": str(source.path),
                 },
             )
         self.report.stage(
-            stage, variant, f"[green]shared[/green] {key} (variant '{source.manifest['variant']}')"
+            stage, label, f"[green]shared[/green] {key} (variant '{source.manifest['variant']}')"
         )
         return art
 
