@@ -17,7 +17,7 @@ from helpers_models import write_tiny_model
 from rich.console import Console
 
 from pipeline.artifacts import Store
-from pipeline.bench.compare import compare_docs
+from pipeline.bench.compare import compare_docs, target_of
 from pipeline.bench.engines import not_run, where_not
 from pipeline.cli.tools import compare as compare_command
 from pipeline.config import parse_config
@@ -221,3 +221,12 @@ def test_tune_cells_carry_their_target_and_those_that_cannot_run_are_pruned_with
     )
     assert "| vllm b2 t256 | vllm | 2 | 4 | 2.5 |" in md and "| 2.5 | 0.0000 |" in md
     assert f"- llmapi b2 t256: {cells[2].pruned}" in md
+
+
+def test_a_bench_run_names_its_target_or_the_config_it_recorded_does():
+    config = {"build": {"target": "torch"}, "variants": [{"name": "a", "build": {"target": None}}]}
+    config["variants"].append({"name": "b", "build": {"target": "vllm"}})
+    runs = [{"variant": {"name": n, "config": config}} for n in ("a", "b")]
+    runs.append({"variant": {"name": "c", "target": "llmapi"}})  # recorded by lpx bench -c
+    runs.append({"variant": {"name": "d", "config": config}})  # not in the config it recorded
+    assert [target_of(r) for r in runs] == ["torch", "vllm", "llmapi", None]
