@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import toolchain
-from .artifacts import Artifact, Store
+from .artifacts import MANIFEST, Artifact, Store, link_tree
 from .cache_keys import explain, make_key
 from .config import Config, Variant
 from .errors import LpxError, StageFailed
@@ -24,6 +24,8 @@ from .stages import STAGES, build, evaluate, quantize, repository
 from .stages.context import ANY_ARCH, Context
 
 MAX_REASONS = 4  # changes named in a "running" line
+# stages whose output depends on nothing of the variant but its quantization: shared between variants by key
+SHARED_STAGES = ("quantize", "eval")
 
 
 @dataclass
@@ -79,6 +81,9 @@ class Runner:
             if hit and stage not in self.force:
                 self.report.stage(stage, label, f"[green]cached[/green] {key}")
                 return hit
+            shared = self._shared(stage, model, variant, arch, key, slot, label)
+            if shared is not None:
+                return shared
             self.report.stage(
                 stage, label, f"[cyan]running[/cyan] {key} ({self._why(stage, model, variant, arch, inputs)})"
             )
@@ -104,6 +109,44 @@ class Runner:
                 )
             self.report.stage(stage, label, f"[green]done[/green] {key} in {art.manifest['duration_s']:.1f}s")
             return art
+
+    def _shared(
+        self, stage: str, model: str, variant: str, arch: str, key: str, slot: Path, label: str
+    ) -> Artifact | None:
+        """The same key already made for another variant of the model (variants that differ only by build
+        target share their quantize and eval inputs): hard-linked into this slot, so the work is done once,
+        the bytes are on disk once, and every slot still holds its own complete artifact."""
+        if stage not in SHARED_STAGES or stage in self.force:
+            return None
+        source = next(
+            (
+                a
+                for other in sorted(p.name for p in slot.parent.parent.iterdir() if p.name != variant)
+                if (a := self.store.lookup(stage, model, other, arch, key)) is not None
+            ),
+            None,
+        )
+        if source is None:
+            return None
+        t0 = time.perf_counter()
+        with self.store.staging(slot, key) as tmp:
+            link_tree(source.path, tmp)
+            (tmp / MANIFEST).unlink()  # linked: commit must write a file of its own, not the source's
+            art = self.store.commit(
+                tmp,
+                slot / key,
+                {
+                    **source.manifest,
+                    "variant": variant,
+                    "created": time.time(),
+                    "duration_s": round(time.perf_counter() - t0, 3),  # the links; the work is the source's
+                    "shared_from": str(source.path),
+                },
+            )
+        self.report.stage(
+            stage, label, f"[green]shared[/green] {key} (variant '{source.manifest['variant']}')"
+        )
+        return art
 
     def _why(self, stage: str, model: str, variant: str, arch: str, inputs: dict) -> str:
         if stage in self.force:

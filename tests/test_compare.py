@@ -115,10 +115,11 @@ def test_side_by_side_with_quality_size_and_plot(tmp_path):
     manifest(store_root, "quantize", "checkpoints", "fp8", "q1", {"format": "fp8"}, {"w.bin": 3000})
     out = compare([a, b], out=tmp_path / "cmp", store=Store(store_root))
     md = out["markdown"]
-    assert "| fp8 | tensorrt_llm | 127.0.0.1:8001 | m/fp8 | KL 0.0123, top-1 97.5%, ppl 10.30 (+3.0%) |" in md
-    assert "GB (checkpoint)" in md and out["facts"][0]["size_bytes"] > 3000  # file plus its manifest
+    assert "| fp8 | - | m/fp8 | - | KL 0.0123, top-1 97.5%, ppl 10.30 (+3.0%) | " in md
+    assert "MB (checkpoint) | tensorrt_llm at 127.0.0.1:8001 |" in md
+    assert out["facts"][0]["size_bytes"] > 3000  # file plus its manifest
     assert out["facts"][1] == {}  # names no variant: no quality, no size
-    assert "| bf16 | c=16 | 10/0 |" in md and "| fp8 | c=1 | 10/0 | 21.0/42.0 |" in md
+    assert "| bf16 | - | c=16 | 10/0 |" in md and "| fp8 | - | c=1 | 10/0 | 21.0/42.0 |" in md
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 1000
     assert (tmp_path / "cmp" / "compare.md").read_text() == md
 
@@ -146,7 +147,7 @@ def test_cli_and_bad_input(tmp_path):
     a = write_run(tmp_path / "a", label="first")
     res = CliRunner().invoke(compare_command, [str(a), str(a / "results.json"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    assert "| first | c=1 |" in res.output and "compare.png" in res.output
+    assert "| first | - | c=1 |" in res.output and "compare.png" in res.output
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "results.json").write_text("{}")
     with pytest.raises(LpxError, match="not an 'lpx bench'"):

@@ -1,5 +1,8 @@
-"""`lpx compare` (its command line is pipeline/cli/tools.py's): bench runs side by side - latency and throughput per load level, plus quality (the eval
-artifact) and size on disk for runs that name a variant.
+"""`lpx compare` (its command line is pipeline/cli/tools.py's): bench runs side by side - latency and
+throughput per load level, plus the build target (engine) that served each, the quantized model behind
+it (its quantize key: equal keys are the same quantized model), quality (the eval artifact) and size on
+disk for runs that name a variant. `lpx compare -c` makes the runs itself, one per variant
+(engines.py); a variant whose target cannot serve here keeps its line with the reason.
 
 Runs are comparable only on the same GPU and the same load shape (model kind, protocol, input/output
 lengths, load levels); anything else is refused, naming the field, unless --force.
@@ -84,15 +87,19 @@ def parse_variant(ref: str) -> dict[str, str | None]:
 
 
 def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str, Any]:
-    """Quality (newest eval artifact of the variant) and size on disk (the run's artifact, else the
-    newest engine, else the quantized checkpoint); {} for a run that names neither."""
+    """Quality (the eval artifact of the variant: the one its served stages made, else the newest) and
+    size on disk (the run's artifact, else the newest engine, else the quantized checkpoint); {} for a
+    run that names neither."""
     v = doc.get("variant") or {}
     if not v.get("name") and not v.get("artifact"):
         return {}
     store = store or Store()
+    keys = v.get("artifact_keys") or {}
     facts: dict[str, Any] = {}
     if v.get("name"):
         evals = store.newest("eval", v["name"], v.get("model"))
+        if keys.get("eval"):
+            evals = [a for a in evals if a.key == keys["eval"]] or evals
         if evals:
             facts["quality"] = evals[0].manifest.get("results", {})
             facts["eval"] = str(evals[0].path)
@@ -114,6 +121,19 @@ def artifact_facts(doc: dict[str, Any], store: Store | None = None) -> dict[str,
     return facts
 
 
+def target_of(doc: dict[str, Any]) -> str | None:
+    """The build target (engine) a run's variant was served on: recorded by `lpx bench -c` / `lpx
+    compare -c`, else read from the served config it recorded; None for a server LPX did not build."""
+    v = doc.get("variant") or {}
+    if v.get("target"):
+        return v["target"]
+    cfg = v.get("config") or {}
+    own = next((x for x in cfg.get("variants") or [] if x.get("name") == v.get("name")), None)
+    if own is None:
+        return None
+    return (own.get("build") or {}).get("target") or (cfg.get("build") or {}).get("target")
+
+
 # -- output ------------------------------------------------------------------------------------------
 def _p(stats: dict[str, float] | None, *keys: str) -> str:
     return "/".join(f"{stats[k]:.1f}" for k in keys) if stats else "-"
@@ -130,38 +150,62 @@ def _quality(q: dict[str, Any] | None) -> str:
     )
 
 
+def _size(f: dict[str, Any]) -> str:
+    if "size_bytes" not in f:
+        return "-"
+    b = f["size_bytes"]
+    return f"{b / 1e9:.2f} GB ({f['size_of']})" if b >= 1e8 else f"{b / 1e6:.1f} MB ({f['size_of']})"
+
+
+def run_row(doc: dict[str, Any], f: dict[str, Any]) -> str:
+    """A run's line of the first table: what served it, which quantized model, its quality and size."""
+    v = doc.get("variant") or {}
+    name = "/".join(x for x in (v.get("model"), v.get("name")) if x) or "-"
+    quantized = (v.get("artifact_keys") or {}).get("quantize") or "-"
+    where = (
+        f"not run here: {doc['not_run']}"
+        if doc.get("not_run")
+        else f"{doc['target']['model']} at {doc['target']['url']}"
+    )
+    return (
+        f"| {label(doc)} | {target_of(doc) or '-'} | {name} | {quantized} | {_quality(f.get('quality'))} "
+        f"| {_size(f)} | {where} |"
+    )
+
+
 def markdown(docs: list[dict[str, Any]], facts: list[dict[str, Any]], notes: list[str]) -> str:
-    s = shape(docs[0])
-    lines = [
-        "# lpx compare",
-        "",
-        f"GPU {s['GPU']}; {s['model kind']} over {s['protocol']}; ISL {s['input length']}, "
-        f"OSL {s['output length']}; levels {s['load levels']}",
-        "",
-    ]
+    """The runs table (target, quantized model, quality, size, where measured or why not) and the load
+    table (TTFT, ITL, tokens/s per level). Runs not measured here have a line in the first only."""
+    measured = [d for d in docs if not d.get("not_run")]
+    lines = ["# lpx compare", ""]
+    if measured:
+        s = shape(measured[0])
+        lines += [
+            f"GPU {s['GPU']}; {s['model kind']} over {s['protocol']}; ISL {s['input length']}, "
+            f"OSL {s['output length']}; levels {s['load levels']}",
+            "",
+        ]
     if notes:
         lines += ["Forced past differences:", *[f"- {n}" for n in notes], ""]
-    lines += ["| run | model | URL | variant | quality | size on disk |", "|---|---|---|---|---|---|"]
-    for doc, f in zip(docs, facts, strict=True):
-        v = doc.get("variant") or {}
-        name = "/".join(x for x in (v.get("model"), v.get("name")) if x) or "-"
-        size = f"{f['size_bytes'] / 1e9:.2f} GB ({f['size_of']})" if "size_bytes" in f else "-"
-        lines.append(
-            f"| {label(doc)} | {doc['target']['model']} | {doc['target']['url']} | {name} "
-            f"| {_quality(f.get('quality'))} | {size} |"
-        )
+    lines += [
+        "| run | target | variant | quantized model | quality vs unquantized | size on disk | measured |",
+        "|---|---|---|---|---|---|---|",
+        *[run_row(doc, f) for doc, f in zip(docs, facts, strict=True)],
+    ]
+    if not measured:
+        return "\n".join([*lines, "", "No run was measured here: see the reasons above."]) + "\n"
     lines += [
         "",
-        "| run | load | ok/failed | TTFT p50/p99 ms | ITL p50/p99 ms | out tok/s | tok/s/user p50 | MBU |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | target | load | ok/failed | TTFT p50/p99 ms | ITL p50/p99 ms | out tok/s | tok/s/user p50 | MBU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for doc in docs:
+    for doc in measured:
         for level, r in zip(_levels(doc), doc["results"], strict=True):
             mbu = f"{r['roofline']['mbu']:.0%}" if r.get("roofline") else "-"
             lines.append(
-                f"| {label(doc)} | {level} | {r['succeeded']}/{r['failed']} | {_p(r['ttft_ms'], 'p50', 'p99')} "
-                f"| {_p(r['itl_ms'], 'p50', 'p99')} | {r['output_tokens_per_s']:.1f} "
-                f"| {_p(r['tokens_per_s_per_user'], 'p50')} | {mbu} |"
+                f"| {label(doc)} | {target_of(doc) or '-'} | {level} | {r['succeeded']}/{r['failed']} "
+                f"| {_p(r['ttft_ms'], 'p50', 'p99')} | {_p(r['itl_ms'], 'p50', 'p99')} "
+                f"| {r['output_tokens_per_s']:.1f} | {_p(r['tokens_per_s_per_user'], 'p50')} | {mbu} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -201,8 +245,16 @@ def compare(
     """Read the runs, check they are comparable, and return {'markdown', 'facts', 'notes', 'files'}."""
     if not paths:
         raise UsageError("give at least one RUN_DIR (a folder written by 'lpx bench --out')")
-    docs = [load_run(p) for p in paths]
-    notes = mismatches(docs)
+    return compare_docs([load_run(p) for p in paths], force, out, store)
+
+
+def compare_docs(
+    docs: list[dict[str, Any]], force: bool = False, out: Path | None = None, store: Store | None = None
+) -> dict[str, Any]:
+    """`compare` on run documents: bench results, and records of variants not measured here
+    (engines.not_run: {'label', 'variant', 'not_run': reason}), which keep their line with the reason."""
+    measured = [d for d in docs if not d.get("not_run")]
+    notes = mismatches(measured) if measured else []
     if notes and not force:
         raise UsageError(
             "runs are not comparable: " + "; ".join(notes) + " - bench them alike, or pass --force"
@@ -214,7 +266,11 @@ def compare(
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.md").write_text(md)
         files["markdown"] = str(out / "compare.md")
-        png = plot(docs, out / "compare.png")
+        (out / "compare.json").write_text(
+            json.dumps({"runs": docs, "facts": facts, "notes": notes}, indent=1, default=str)
+        )
+        files["json"] = str(out / "compare.json")
+        png = plot(measured, out / "compare.png") if measured else None
         if png:
             files["plot"] = str(png)
-    return {"markdown": md, "facts": facts, "notes": notes, "files": files}
+    return {"markdown": md, "facts": facts, "notes": notes, "files": files, "runs": docs}

@@ -79,6 +79,9 @@ def served_variant(
                 "artifact": built.engine.path,
                 "repo": built.repo.path,
                 "provenance": {
+                    "target": cfg.target_of(
+                        variants[0]
+                    ),  # the engine that served it: a column of lpx compare
                     "config": cfg.model_dump(mode="json"),
                     "artifact_keys": {k: a.key for k, a in built.outcome.artifacts.items()},
                 },

@@ -9,7 +9,7 @@ import click
 
 from ..facts.models import PRESETS
 from ..facts.trtllm import BUILD_LINES, LINES
-from .options import dataset_field_option, dataset_option, slo_option
+from .options import config_option, dataset_field_option, dataset_option, slo_option, variant_option
 
 
 @click.command("bench")
@@ -146,21 +146,80 @@ def bench(**options) -> None:
 
 
 @click.command("compare")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("runs", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@config_option
+@variant_option
 @click.option("--force", is_flag=True, help="Compare runs from different GPUs or load shapes anyway.")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Folder for compare.md and compare.png."
 )
-def compare(runs: tuple[Path, ...], force: bool, out: Path | None) -> None:
-    """Put bench runs (folders from 'lpx bench --out') side by side: latency, throughput, quality, size."""
+@click.option(
+    "--concurrency",
+    default="1,4",
+    show_default=True,
+    help="-c: closed-loop levels each variant is measured at.",
+)
+@click.option(
+    "--requests", type=click.IntRange(1), default=32, show_default=True, help="-c: requests per level."
+)
+@click.option(
+    "--warmup", type=click.IntRange(0), default=4, show_default=True, help="-c: uncounted requests per level."
+)
+@click.option(
+    "--input-len", type=click.IntRange(1), default=128, show_default=True, help="-c: prompt tokens."
+)
+@click.option(
+    "--output-len", type=click.IntRange(1), default=64, show_default=True, help="-c: output tokens."
+)
+@click.option(
+    "--model",
+    default="tensorrt_llm",
+    show_default=True,
+    help="-c: the Triton model measured: tensorrt_llm (token ids, the engine alone) or ensemble (text).",
+)
+def compare(
+    runs, config_path, variants, force, out, concurrency, requests, warmup, input_len, output_len, model
+):
+    """Put bench runs (folders from 'lpx bench --out') side by side: target, latency, throughput, quality,
+    size. With -c instead: bench every variant of lpx.yaml alike, each served on its own build target
+    (variants[].build.target), and compare them; a target that cannot serve here keeps its line with
+    the reason."""
     from ..bench.compare import compare as compare_runs
+    from ..bench.compare import compare_docs
+    from ..errors import UsageError
 
-    result = compare_runs(list(runs), force, out)
+    if runs and (config_path or variants):
+        raise UsageError("give RUN_DIRs or -c/--variant, not both")
+    if runs:
+        result = compare_runs(list(runs), force, out)
+    elif config_path is None and not variants:
+        raise UsageError(
+            "give RUN_DIRs (folders from 'lpx bench --out'), or -c lpx.yaml to measure its variants"
+        )
+    else:
+        from ..bench.engines import measure_all
+        from ..bench.options import BenchOptions
+        from ..config import resolve_config
+        from ..progress import Reporter
+
+        cfg = resolve_config(config_path, Reporter())
+        opts = BenchOptions(
+            config_path=config_path,
+            model=model,
+            concurrency=concurrency,
+            requests=requests,
+            warmup=warmup,
+            input_len=input_len,
+            output_len=output_len,
+        )
+        opts.check()
+        docs = measure_all(cfg, list(variants), opts, out, click.echo)
+        result = compare_docs(docs, force, out)
     click.echo(result["markdown"])
     if out is not None:
         click.echo(f"Wrote {', '.join(result['files'].values())}")
         if "plot" not in result["files"]:
-            click.echo("plot skipped: matplotlib is not installed")
+            click.echo("plot skipped: matplotlib is not installed, or no run was measured")
 
 
 COLORS = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, UsageError
 from ..facts import formats, trtllm
@@ -224,6 +224,7 @@ class Config(Strict):
     serving: Serving = Field(default_factory=Serving)
     deploy: Deploy = Field(default_factory=Deploy)
     tune: Tune = Field(default_factory=Tune)
+    _base_target: str | None = PrivateAttr(None)  # build.target before for_variant applied a variant's own
 
     @field_validator("variants")
     @classmethod
@@ -258,7 +259,14 @@ class Config(Strict):
         build = self.build.model_copy(
             update={"target": target, "trtllm_version": line_for(self.build, target)}
         )
-        return self.model_copy(update={"build": build})  # a copy, not an assignment: validated already
+        copy = self.model_copy(update={"build": build})  # a copy, not an assignment: validated already
+        copy._base_target = self._base_target or self.build.target
+        return copy
+
+    def target_of(self, variant: Variant) -> str:
+        """The build target `variant` is built for: its own, else the config's build.target (the one
+        before for_variant applied another variant's)."""
+        return variant.build.target or self._base_target or self.build.target
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -22,6 +22,8 @@ def row(cell_doc: dict[str, Any], slo: str, quality: dict[str, Any] | None) -> d
     return {
         "cell": cell_doc["cell"]["name"],
         "variant": cell_doc["cell"]["variant"],
+        "target": cell_doc["cell"].get("target"),
+        "size_bytes": cell_doc.get("size_bytes"),
         "limits": cell_doc["cell"]["limits"],
         "url": cell_doc["cell"].get("url"),
         "goodput_rps": res["goodput_rps"],

@@ -160,7 +160,7 @@ def build_cell(cfg: Config, cell: Cell, report: Any) -> tuple[Config, Any, Artif
     from ..served import repository_of
 
     ccfg = cell_config(cfg, cfg.variant(cell.variant), cell.limits)
-    if ccfg.build.target != "torch":  # build only for the GPU here: the cell is measured on it
+    if ccfg.target_of(ccfg.variant(cell.variant)) != "torch":  # build only for the GPU here: measured on it
         from ..facts.gpu import detect_gpu
 
         present = detect_gpu()

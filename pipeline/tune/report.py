@@ -33,16 +33,17 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [
             f"## SLO {slo}",
             "",
-            "| cell | goodput req/s | knee concurrency | Poisson rate /s | tok/s per GPU | tok/s per user p50 | memory GiB | KL | top-1 | front | |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| cell | target | goodput req/s | knee concurrency | Poisson rate /s | tok/s per GPU | tok/s per user p50 | memory GiB | size on disk MB | KL | top-1 | front | |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in part["rows"]:
             mark = "best" if part["best"] and r["cell"] == part["best"]["cell"] else ""
             note = r["reason"] or ("cached" if r["cached"] else "")
             lines.append(
-                f"| {r['cell']} | {_f(r['goodput_rps'])} | {_f(r['knee_concurrency'], '{}')} | {_f(r['rate_rps'])} "
+                f"| {r['cell']} | {r.get('target') or '-'} | {_f(r['goodput_rps'])} | {_f(r['knee_concurrency'], '{}')} | {_f(r['rate_rps'])} "
                 f"| {_f(r['tokens_per_s_per_gpu'], '{:.1f}')} | {_f(r['tokens_per_s_per_user'], '{:.1f}')} "
-                f"| {_f(r['memory_gib'], '{:.2f}')} ({r['memory_kind']}) | {_f(r['kl_mean'], '{:.4f}')} "
+                f"| {_f(r['memory_gib'], '{:.2f}')} ({r['memory_kind']}) "
+                f"| {_f(r.get('size_bytes') and r['size_bytes'] / 1e6, '{:.1f}')} | {_f(r['kl_mean'], '{:.4f}')} "
                 f"| {_f(r['top1_agreement'], '{:.3f}')} | {'yes' if r['cell'] in part['front'] else ''} "
                 f"| {' '.join(x for x in (mark, note) if x)} |"
             )

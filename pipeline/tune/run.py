@@ -118,8 +118,9 @@ def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print
     )
     if opts.dataset is not None:
         m.dataset, m.prompt_ids = dataset_prompts(cfg, opts.dataset, opts.dataset_field, t.output_len)
-    if opts.variants:
-        cfg = cfg.model_copy(update={"variants": cfg.select(opts.variants)})
+    cfg.select(
+        opts.variants
+    )  # an unknown name fails here; the config keeps every variant (space.cell_config)
     cells: list[space.Cell] = []
     gpu = None
     if not opts.only_endpoints:
@@ -129,7 +130,8 @@ def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print
         ctx = Runner(cfg, report_).ctx
         gpus = build.target_gpus(ctx)
         gpu = gpus[0] if gpus else None
-        cells = space.cells(cfg, t, gpu, ctx.checkpoint()[0].config)
+        cells = space.cells(cfg, t, gpu, ctx.checkpoint()[0].config, opts.variants)
+        prune_elsewhere(cfg, cells)
     cells += space.remote_cells(opts.endpoints)
     if not cells:
         raise UsageError("Nothing to tune: the config has no variants and no --endpoint was given")
@@ -145,11 +147,37 @@ def tune(cfg: Config, opts: Options, report_: Reporter | None = None, echo=print
 
     def measure(c: space.Cell, say) -> dict[str, Any]:
         if c.url is None:
-            return measure_local(cfg, c, m, report_, say)
+            return with_size(measure_local(cfg, c, m, report_, say))
         return measure_remote(c, m, opts.api_key, say)
 
     docs, not_run = measure_cells(live, measure, opts.budget_s, report_)
     return finish(cfg, opts, m, cells, docs, quality, not_run, echo)
+
+
+def prune_elsewhere(cfg: Config, cells: list[space.Cell]) -> None:
+    """Prune the cells whose variant's build target cannot serve on this machine (llmapi or engine without
+    a GPU and TensorRT-LLM, vllm without its environment or with a format its platform has no kernels
+    for), with the reason, before anything is built: they stay in the report, not measured."""
+    from ..bench.engines import where_not
+
+    why: dict[str, str | None] = {}
+    for c in cells:
+        if c.pruned or c.url is not None:
+            continue
+        if c.variant not in why:
+            why[c.variant] = where_not(cfg, cfg.variant(c.variant))
+        if why[c.variant]:
+            c.pruned = f"target {c.target} not run here: {why[c.variant]}"
+
+
+def with_size(doc: dict[str, Any]) -> dict[str, Any]:
+    """A local cell's document with the size on disk of what it served (the build artifact)."""
+    from ..artifacts import tree_bytes
+
+    engine = Path((doc.get("artifacts") or {}).get("engine") or "")
+    if engine.name and engine.is_dir():
+        doc["size_bytes"] = tree_bytes(engine)
+    return doc
 
 
 def measure_cells(

@@ -28,6 +28,7 @@ class Cell:
     limits: dict[str, int] = field(default_factory=dict)
     url: str | None = None  # a remote OpenAI-compatible server: measured as it is, nothing built
     pruned: str | None = None
+    target: str | None = None  # the build target (engine) the variant is served on; None for a remote server
 
     @property
     def name(self) -> str:
@@ -36,14 +37,23 @@ class Cell:
         return f"{self.variant} b{self.limits['max_batch_size']} t{self.limits['max_num_tokens']}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "variant": self.variant, "limits": self.limits, "url": self.url}
+        return {
+            "name": self.name,
+            "variant": self.variant,
+            "target": self.target,
+            "limits": self.limits,
+            "url": self.url,
+        }
 
 
 def cell_config(cfg: Config, variant: Variant, limits: dict[str, int]) -> Config:
-    """The config that builds this cell: one variant, the build limits replaced, ports picked free (a tune
-    must not collide with a running `lpx serve`), the gateway off (cells are measured on Triton's gRPC)."""
+    """The config that builds this cell: the build limits replaced, ports picked free (a tune must not
+    collide with a running `lpx serve`), the gateway off (cells are measured on Triton's gRPC). Every
+    variant stays: those that differ from `variant` only by target share its quantize artifact (the same
+    key as `lpx run` on the config gives it), so a cell quantizes nothing the config did not."""
     data = cfg.model_dump(mode="python")
-    data["variants"] = [variant.model_dump(mode="python")]
+    if "trtllm_version" not in cfg.build.model_fields_set:  # the default line of build.target, not a pin:
+        data["build"].pop("trtllm_version")  # kept, it would refuse a variant's own engine target (1.3)
     data["build"].update(limits)
     data["serving"].update(http_port=0, grpc_port=0, metrics_port=0)
     data["serving"]["openai"]["enabled"] = False
@@ -110,9 +120,11 @@ def fit_reason(limits: dict[str, int], row: dict[str, Any] | None, tune: Tune) -
     return None
 
 
-def cells(cfg: Config, tune: Tune, gpu: Gpu | None, model_config: dict) -> list[Cell]:
-    """Every cell of the grid, pruned where the config or the GPU's memory refuses it. `model_config`:
-    the checkpoint's config.json (its shape sizes the KV cache)."""
+def cells(
+    cfg: Config, tune: Tune, gpu: Gpu | None, model_config: dict, names: list[str] | None = None
+) -> list[Cell]:
+    """Every cell of the grid (of the variants `names`, default all), pruned where the config or the GPU's
+    memory refuses it. `model_config`: the checkpoint's config.json (its shape sizes the KV cache)."""
     need = tune.input_len + tune.output_len
     if cfg.build.max_seq_len < need:
         raise UsageError(
@@ -126,11 +138,11 @@ def cells(cfg: Config, tune: Tune, gpu: Gpu | None, model_config: dict) -> list[
         )
     rows = plan_rows(cfg, tune, gpu, model_config)
     out = []
-    for v in cfg.variants:
+    for v in cfg.select(names or None):
         grid = grid_values(cfg, tune, v, rows.get(v.name))
         for values in itertools.product(*(grid[k] for k in LIMITS)):
             limits = dict(zip(LIMITS, values, strict=True))
-            cell = Cell(v.name, limits)
+            cell = Cell(v.name, limits, target=cfg.target_of(v))
             try:
                 cell_config(cfg, v, limits)
             except LpxError as exc:

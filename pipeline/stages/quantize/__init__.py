@@ -77,9 +77,14 @@ HF_EXPORT_UNSUPPORTED_KV = {
 
 
 def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
-    """What the quantize stage writes: the build target's input, a quality gate's (the ModelOpt state that
-    `lpx eval` restores) and whatever quantization.exports asks for."""
-    need = set(TARGET_EXPORTS[cfg.build.target]) | set(variant.quantization.exports)
+    """What the quantize stage writes: the input of every build target that this quantization is built
+    for (the variants of the config that differ from `variant` only by target share one quantize artifact:
+    same key, see Runner.step), a quality gate's (the ModelOpt state that `lpx eval` restores) and
+    whatever quantization.exports asks for."""
+    targets = {cfg.target_of(variant)} | {
+        cfg.target_of(v) for v in cfg.variants if v.quantization == variant.quantization
+    }
+    need = {e for t in targets for e in TARGET_EXPORTS[t]} | set(variant.quantization.exports)
     if any(v is not None for v in cfg.quality_gate.model_dump().values()):
         need.add("state")
     return tuple(sorted(need))
