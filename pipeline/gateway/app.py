@@ -241,6 +241,7 @@ async def generate(
     await gw.limits.spend(key, rec["key_id"], len(job.ids))
     gen = Generation(job, gw.triton, info, gw.codec, rec["request_id"], s.request_timeout_s)
     render = Renderer(chat, rec["request_id"], s.model_name, gw.codec, body.include_usage)
+    render.tools = job.tools
     rec["generated"] = True
     gw.metrics.in_flight.inc()
     pieces = gen.pieces()

@@ -33,6 +33,7 @@ class Plan:
     logprobs: bool
     end_ids: frozenset[int]
     prompt: Any = None  # for the access log when prompts are logged
+    tools: Any = None  # tools.ToolCalls when the answer may be tool calls
 
 
 @dataclass
@@ -124,9 +125,10 @@ def plan(
     """Check and translate one request (400 for anything the gateway or the engine would refuse)."""
     req.refuse()
     stops = req.stops()
+    tm = None
     if isinstance(req, ChatCompletionRequest):
-        messages = [m.model_dump(exclude_none=True) | {"content": m.text()} for m in req.messages]
-        ids, prompt = codec.encode_chat(messages), messages
+        tm, messages, ids = _chat_prompt(req, codec)
+        prompt = messages
         asked, param = (
             req.asked_tokens(),
             "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
@@ -158,7 +160,39 @@ def plan(
         values["pad_id"] = pad if isinstance(pad, int) else ends[0]
     if logprobs:
         values["return_log_probs"] = True
-    return Plan(ids, max_tokens, values, stops, logprobs, frozenset(ends), prompt)
+    values.update(_guided(req, tm, info))
+    calls = _tool_calls(tm)
+    return Plan(ids, max_tokens, values, stops, logprobs, frozenset(ends), prompt, calls)
+
+
+def _chat_prompt(req: ChatCompletionRequest, codec: TextCodec) -> tuple[Any, list[dict[str, Any]], list[int]]:
+    """(tools.ToolMode, the messages as the template takes them, the prompt ids)."""
+    from . import tools
+
+    tm = tools.tool_mode(req, tools.parser_for(codec))
+    messages = tools.template_messages(req.messages)
+    return tm, messages, codec.encode_chat(messages, tools.template_tools(tm))
+
+
+def _guided(req: CompletionRequest | ChatCompletionRequest, tm: Any, info: ModelInfo) -> dict[str, Any]:
+    """The guided-decoding inputs of structured outputs or a required / named tool call (structured.py)."""
+    from .structured import engine_values, request_guide
+
+    guide = request_guide(req)
+    if tm is not None and tm.guide is not None:
+        if guide is not None:
+            raise bad_request(
+                f"tool_choice {tm.mode} and {guide.param} both constrain the answer - send one of them",
+                "tool_choice",
+            )
+        guide = tm.guide
+    return engine_values(guide, info) if guide is not None else {}
+
+
+def _tool_calls(tm: Any) -> Any:
+    from .tools import ToolCalls
+
+    return ToolCalls(tm) if tm is not None and tm.calls else None
 
 
 class Generation:

@@ -38,6 +38,7 @@ class Renderer:
         )
         self._head = head[:-1] + ',"choices":[{"index":0,'
         self._tail = "}]" + (',"usage":null' if include_usage else "") + "}"
+        self.tools: Any = None  # tools.ToolCalls when the answer may be tool calls (set per request)
 
     # -- log probabilities --------------------------------------------------------------------
     def _chat_logprobs(self, tokens: list[int], values: list[float]) -> list[dict[str, Any]]:
@@ -72,6 +73,8 @@ class Renderer:
         )
 
     def chunk(self, piece: Piece, offset: int) -> bytes:
+        if self.tools is not None and self.chat:
+            return self._tool_chunk(piece, offset)
         lp = self.logprobs(piece, offset)
         lp_text = "null" if lp is None else json.dumps(lp)
         if self.chat:
@@ -80,9 +83,22 @@ class Renderer:
             body = '"text":' + json.dumps(piece.text) + ',"logprobs":' + lp_text
         return _event(self._head + body + ',"finish_reason":null' + self._tail)
 
+    def _delta_chunk(self, delta: dict[str, Any], lp: Any = None) -> bytes:
+        body = '"delta":' + json.dumps(delta, ensure_ascii=False) + ',"logprobs":' + json.dumps(lp)
+        return _event(self._head + body + ',"finish_reason":null' + self._tail)
+
+    def _tool_chunk(self, piece: Piece, offset: int) -> bytes:
+        """A tool request's piece: a named call's argument delta, or nothing yet (tools.ToolCalls)."""
+        delta = self.tools.delta(piece.text)
+        return b"" if delta is None else self._delta_chunk(delta, self.logprobs(piece, offset))
+
     def finish_chunk(self, reason: str) -> bytes:
+        head = b""
+        if self.tools is not None and self.chat:
+            deltas, reason = self.tools.end(reason)
+            head = b"".join(self._delta_chunk(d) for d in deltas)
         body = '"delta":{}' if self.chat else '"text":""'
-        return _event(
+        return head + _event(
             self._head + body + ',"logprobs":null,"finish_reason":' + json.dumps(reason) + self._tail
         )
 
@@ -114,12 +130,10 @@ class Renderer:
             values = [v for p in pieces for v in (p.logprobs or [])]
             lp = self.logprobs(Piece(text, tokens, values), 0)
         if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": lp,
-                "finish_reason": gen.finish_reason,
-            }
+            message, reason = {"role": "assistant", "content": text}, gen.finish_reason
+            if self.tools is not None:
+                message, reason = self.tools.message(text, reason)
+            choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": gen.finish_reason}
         return {

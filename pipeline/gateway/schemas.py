@@ -6,7 +6,7 @@ number and list is bounded (a value the engine's int32 / uint64 inputs cannot ho
 field, never a 500). Unknown fields are refused (as OpenAI does) so a misspelt parameter is not silently
 ignored; fields a client library sends by habit (user, metadata, store, service_tier) are accepted and
 ignored. Fields the gateway cannot honour (n > 1, best_of, logit_bias, suffix, echo, tools, response
-formats other than text) are declared so that they are refused with a message naming the fix rather than
+formats other than text before structured outputs) are declared so that they are refused with a message naming the fix rather than
 "unknown". `read_json` reads the body first (media type, UTF-8, JSON, duplicate keys, depth).
 """
 
@@ -128,6 +128,9 @@ class Sampling(Body):
     ) = Field(None, max_length=16)
     store: bool | None = None
     service_tier: Short | None = None
+    # -- structured outputs (structured.py): vLLM's extension and OpenAI's response_format ----------
+    structured_outputs: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
     _stop = field_validator("stop", mode="plain")(check_stop)
 
@@ -255,25 +258,18 @@ class ChatCompletionRequest(Sampling):
     functions: Annotated[list[Any], Field(max_length=128)] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     modalities: Annotated[list[Short], Field(max_length=4)] | None = None
 
     def refuse(self) -> None:
         self.refuse_common()
         for i, message in enumerate(self.messages):
             message.refuse(i)
-        for name in ("tools", "functions", "tool_choice", "function_call"):
+        for name in ("functions", "function_call"):  # (tools and tool_choice: tools.py)
             value = getattr(self, name)
             if value and value != "none":
                 raise bad_request(
-                    f"{name} is not supported by this server (no tool calling) - leave it out", name
+                    f"{name} is OpenAI's deprecated form - send tools and tool_choice instead", name
                 )
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise bad_request(
-                f"response_format {self.response_format.get('type')!r} is not supported - "
-                "leave it out (plain text)",
-                "response_format",
-            )
         if self.modalities and self.modalities != ["text"]:
             raise bad_request("only the text modality is served - leave modalities out", "modalities")
         if self.top_logprobs:

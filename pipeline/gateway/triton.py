@@ -35,6 +35,14 @@ CHANNEL_OPTIONS = [
 WANTED = ("output_ids", "num_input_tokens", "output_log_probs")
 
 
+def _raw(dtype: str, value: Any) -> bytes:
+    """One element as Triton's raw input bytes (BYTES: a little-endian uint32 length, then the bytes)."""
+    if dtype == "BYTES":
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return struct.pack("<I", len(data)) + data
+    return struct.pack(PACK[dtype], value)
+
+
 class EngineError(Exception):
     """Triton or the engine refused or failed a request; `invalid`: the request's fault (400)."""
 
@@ -179,7 +187,7 @@ class Triton:
             if dtype is None or value is None:
                 continue
             req.inputs.add(name=name, datatype=dtype, shape=[1, 1])
-            req.raw_input_contents.append(struct.pack(PACK[dtype], value))
+            req.raw_input_contents.append(_raw(dtype, value))
         # only the outputs read here (an engine's other outputs would be sent and parsed for nothing)
         for name in WANTED:
             if name in info.outputs and (name != "output_log_probs" or values.get("return_log_probs")):

@@ -50,6 +50,9 @@ ENGINE_OPTIONS = (
     "return_log_probs",
 )
 
+# Upstream's guided-decoding inputs (strings), passed to submit() when the engine honours them
+GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
+
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
 
 
@@ -85,6 +88,20 @@ def timestamp(job: dict, delta: list[int]) -> None:
 def scalar(request, name: str, default, kind=int):
     tensor = _pb().get_input_tensor_by_name(request, name)
     return default if tensor is None else kind(tensor.as_numpy().reshape(-1)[0])
+
+
+def guide_options(request, supported: frozenset[str]) -> dict[str, str]:
+    """The request's guided-decoding inputs as text (empty ones left out), for an engine that honours
+    them (validate.py has refused them already for one that does not)."""
+    out = {}
+    for name in GUIDE_INPUTS:
+        tensor = _pb().get_input_tensor_by_name(request, name) if name in supported else None
+        flat = tensor.as_numpy().reshape(-1) if tensor is not None else ()
+        value = flat[0] if len(flat) else b""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        if text:
+            out[name] = text
+    return out
 
 
 def words(request, name: str) -> list[list[int]]:
@@ -223,7 +240,7 @@ class GenerationModel:
             if name in limits.supported
             and (value := scalar(request, name, None, type(FEATURE_DEFAULTS[name]))) is not None
             and value != FEATURE_DEFAULTS[name]
-        }
+        } | guide_options(request, limits.supported)
         return {
             "input_ids": [int(t) for t in ids[:length]],
             "max_new_tokens": scalar(request, "request_output_len", 0),
