@@ -148,7 +148,7 @@ def client(torch_triton, tmp_path_factory):
         tokenizer=torch_triton.repo / "preprocessing" / "1" / "tokenizer",
         model_name=MODEL,
         port=0,
-        keys_file=root / "keys.json",
+        api_keys_file=root / "keys.json",
         access_log=str(root / "access.log"),
     )
     proc = GatewayProcess(settings, root, root / "gateway.log").start()
