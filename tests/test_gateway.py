@@ -331,7 +331,7 @@ def test_logprobs_and_penalties_reach_the_engine(stack: Stack) -> None:
     """logprobs (chat: true) asks tensorrt_llm for output_log_probs: one per completion token, of the
     penalized distribution before truncation (a greedy token's own log probability, not log 1);
     presence / frequency penalties reach the engine (the torch target honours them). Alternatives
-    (top_logprobs) are refused by the gateway."""
+    (top_logprobs) come from the same distribution: the greedy token is the first of them."""
     client = stack.client()
     messages = [{"role": "user", "content": "Bread"}]
     got = client.chat.completions.create(
@@ -349,21 +349,24 @@ def test_logprobs_and_penalties_reach_the_engine(stack: Stack) -> None:
         frequency_penalty=0.5,
     )
     assert penalised.usage.completion_tokens >= 1 and penalised.choices[0].finish_reason in ("stop", "length")
-    with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=6, logprobs=True, top_logprobs=3
-        )
-    assert info.value.param == "top_logprobs"
+    top = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
+    for tok in top.choices[0].logprobs.content:
+        assert len(tok.top_logprobs) == 3 and tok.top_logprobs[0].token == tok.token
 
 
 # -- what is refused ------------------------------------------------------------------------------
 REFUSED = [
-    ({"n": 2}, 400, "n", "n = 2"),
+    ({"n": 129}, 400, "n", "less than or equal to 128"),
+    ({"prompt": [PROMPTS[0]] * 43, "n": 3}, 400, "prompt", "at most 128"),
     ({"best_of": 3}, 400, "best_of", "best_of"),
     ({"logit_bias": {"50": 10}}, 400, "logit_bias", "logit_bias"),
     ({"suffix": "end"}, 400, "suffix", "suffix"),
-    ({"echo": True}, 400, "echo", "echo"),
-    ({"logprobs": 2}, 400, "logprobs", "alternatives"),
+    ({"echo": True, "logprobs": 0}, 400, "echo", "prompt's log probabilities"),
+    ({"logprobs": 21}, 400, "logprobs", "less than or equal to 20"),
+    ({"min_tokens": 5}, 400, "min_tokens", "above max_tokens 4"),
+    ({"repetition_penalty": 0}, 400, "repetition_penalty", "greater than 0"),
     ({"max_tokens": 950}, 400, "max_tokens", f"limit of {CAP}"),
     ({"prompt": "word " * 200, "max_tokens": 800}, 400, "max_tokens", "max_seq_len 1024"),
     ({"prompt": "word " * 600}, 400, "prompt", "max_input_len 512"),
@@ -373,7 +376,7 @@ REFUSED = [
     ({"frobnicate": 1}, 400, "frobnicate", "not a parameter"),
     ({"model": "gpt-4"}, 404, "model", "serves 'tiny-llama'"),
     ({"presence_penalty": 3.5}, 400, "presence_penalty", "less than or equal to 2"),
-    ({"seed": -1}, 400, "seed", "seed"),
+    ({"seed": -(2**63) - 1}, 400, "seed", "greater than or equal to -9223372036854775808"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "stream: true"),
 ]
 

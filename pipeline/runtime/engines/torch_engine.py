@@ -231,10 +231,16 @@ class TorchEngine(Engine):
                 "restart the server; its log has the cause"
             )
 
+    @staticmethod
+    def seeded(seed: int | None) -> dict[str, int]:
+        """The processor kwarg of a seeded request: its tokens are drawn from its own generator
+        (torch_sampling.py), so the same seed and parameters give the same text."""
+        return {} if seed is None else {"seed": int(seed) % (1 << 64)}
+
     def start(self, request: Request) -> DeltaStream:
-        """Add the request to the running batch. `seed` is accepted for interface parity but sampling uses
-        the engine-wide generator (transformers has no per-request seed). Options (SUPPORTED) go to LPX's
-        processors (torch_processors.py); with return_log_probs the stream's `logprobs` fill in."""
+        """Add the request to the running batch. A seed draws its tokens from the request's own generator
+        (torch_sampling.py). Options (SUPPORTED) go to LPX's processors (torch_processors.py); with
+        return_log_probs the stream's `logprobs` fill in (and `top`, with top_log_probs_k)."""
         bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
@@ -243,6 +249,8 @@ class TorchEngine(Engine):
         self._guide(stream.request_id, request.options)
         if options.get("return_log_probs"):
             stream.logprobs = []
+            if options.get("top_log_probs_k"):
+                stream.top = []
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
@@ -253,6 +261,7 @@ class TorchEngine(Engine):
             eos_token_id=request.end_ids or self.default_end_ids,
             **self.sampling(request.temperature, request.top_k, request.top_p),
             **options,
+            **self.seeded(request.seed),
         )
         return stream
 
@@ -300,7 +309,8 @@ class TorchEngine(Engine):
                 item = RuntimeError(f"generation failed: {out.error}")
             elif stream.logprobs is not None:
                 logprobs = self._logprobs.take(out.request_id, list(out.logprobs))
-                item = (list(out.generated_tokens), finished, logprobs)
+                top = self._logprobs.take_top(out.request_id, len(logprobs))
+                item = (list(out.generated_tokens), finished, logprobs, top)
             else:
                 item = (list(out.generated_tokens), finished)
             if finished:
