@@ -136,6 +136,46 @@ def test_targets_that_cannot_enforce_are_400_naming_the_fix() -> None:
     assert engine_values(guide, torch)["guided_decoding_guide_type"] == "regex"
 
 
+# -- the grammar itself, on the demo's tokenizer ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_grammars(torch_engine_dir):
+    from transformers import AutoTokenizer
+
+    from pipeline.runtime.engines.grammar import Grammars
+
+    tok = AutoTokenizer.from_pretrained(torch_engine_dir)
+    return tok, Grammars(tok, len(tok), [tok.eos_token_id])
+
+
+def _accepts(grammars, compiled, ids: list[int]) -> int:
+    """How many of `ids` a fresh matcher of `compiled` accepts in a row."""
+    matcher = grammars.xgr.GrammarMatcher(compiled)
+    for at, token in enumerate(ids):
+        if not matcher.accept_token(int(token)):
+            return at
+    return len(ids)
+
+
+def test_length_bounded_strings_take_no_control_bytes(demo_grammars) -> None:
+    """xgrammar 0.2.9's rule for a string with minLength / maxLength lets raw control bytes through (the
+    20-schema test once got '"note": "你\\x01y and"', invalid JSON) and takes no escapes; LPX's grammar
+    (grammar.schema_ebnf) takes JSON string characters there."""
+    tok, grammars = demo_grammars
+    bounded = grammars.compile("json_schema", json.dumps(schemas()[16]))
+    answer = '{"ok": "red", "tags": "red", "note": "你\x01y and", "items": {"name": false}}'
+    ids = tok.encode(answer, add_special_tokens=False)
+    cut = tok.encode('{"ok": "red", "tags": "red", "note": "你', add_special_tokens=False)
+    assert _accepts(grammars, bounded, ids) == len(cut)  # the control byte is refused, nothing before it
+    short = grammars.compile("json_schema", json.dumps({"type": "string", "minLength": 2, "maxLength": 4}))
+    for text in ('"a\\"b"', '"\\u00e9x"', '"ab"'):
+        matcher = grammars.xgr.GrammarMatcher(short)
+        assert all(matcher.accept_token(t) for t in tok.encode(text, add_special_tokens=False)), text
+        assert matcher.accept_token(tok.eos_token_id), text
+    for text in ('"a"', '"a\tb"', '"ab\x1f"', '"a\nb"'):
+        ids = tok.encode(text, add_special_tokens=False)
+        assert _accepts(grammars, short, ids) < len(ids), text
+
+
 # -- end to end: the openai SDK on a real gateway + tritonserver (torch target) -------------------------
 @pytest.fixture(scope="module")
 def client(torch_triton, tmp_path_factory):
@@ -223,4 +263,53 @@ def test_bad_guides_are_400_over_http(client) -> None:
     with pytest.raises(openai.BadRequestError, match="send one of them"):
         _chat(
             client, response_format={"type": "json_object"}, extra_body={"structured_outputs": {"regex": "a"}}
+        )
+    with pytest.raises(openai.BadRequestError, match="leave ignore_eos out") as err:
+        _chat(client, response_format={"type": "json_object"}, extra_body={"ignore_eos": True})
+    assert err.value.body["param"] == "ignore_eos"
+
+
+# -- in process: guided requests side by side in the torch engine's batch ---------------------------------
+def test_concurrent_guided_requests_keep_their_own_grammar(torch_engine, demo_grammars) -> None:
+    """Twelve guided requests (different schemas, sampled, seeded) share the engine's batch (8 rows, so
+    some join mid-run): replayed through a fresh matcher of its own grammar every request's tokens are all
+    accepted (no mask lands on another request's row) and each answer is valid against its schema."""
+    from pipeline.runtime.engines.base import Request
+
+    tok, grammars = demo_grammars
+    prompt = tok.encode("Answer in JSON:", add_special_tokens=False)
+    jobs = []
+    for i, schema in enumerate(schemas(12, seed=5)):
+        options = {"guided_decoding_guide_type": "json_schema", "guided_decoding_guide": json.dumps(schema)}
+        request = Request(prompt, MAX_TOKENS, None, 1.0, 0, 1.0, i, options)
+        jobs.append((schema, torch_engine.start(request)))
+    for schema, stream in jobs:
+        ids = [t for delta in stream for t in delta]
+        assert ids and ids[-1] == tok.eos_token_id, tok.decode(ids)
+        compiled = grammars.compile("json_schema", json.dumps(schema))
+        assert _accepts(grammars, compiled, ids) == len(ids), tok.decode(ids)
+        jsonschema.validate(json.loads(tok.decode(ids[:-1])), schema)
+
+
+def test_a_desync_is_reported_and_min_tokens_with_a_guide_is_refused(torch_engine, demo_grammars) -> None:
+    """A token the grammar did not allow is named (the engine ends that request with an error) instead of
+    being skipped; min_tokens with a guide is refused: once the answer is whole the grammar allows only
+    the end id, which min_tokens forbids (every score would be -inf)."""
+    from pipeline.errors import LpxError
+    from pipeline.runtime.engines.base import Request
+    from pipeline.runtime.engines.grammar import _advance
+
+    tok, grammars = demo_grammars
+    compiled = grammars.compile("json_schema", json.dumps({"type": "boolean"}))
+    entry = [grammars.xgr.GrammarMatcher(compiled), 0]
+    ids = tok.encode("true", add_special_tokens=False)
+    assert _advance(entry, ids) is None and entry[1] == len(ids)
+    problem = _advance(entry, [*ids, tok.eos_token_id, ids[0]])
+    assert problem is not None and "after the grammar ended" in problem and entry[1] == len(ids) + 2
+    entry = [grammars.xgr.GrammarMatcher(compiled), 0]
+    assert "forbids" in (_advance(entry, tok.encode('"x"', add_special_tokens=False)) or "")
+    options = {"guided_decoding_guide_type": "json", "guided_decoding_guide": "", "min_tokens": 4}
+    with pytest.raises(LpxError, match="min_tokens cannot be combined with guided decoding"):
+        torch_engine.start(
+            Request(tok.encode("x", add_special_tokens=False), 8, None, 1.0, 0, 1.0, 1, options)
         )

@@ -234,6 +234,13 @@ def plan_one(
     if k:
         values[TOP_INPUT] = k
     values.update(_guided(req, tm, info))
+    if min_tokens and "guided_decoding_guide_type" in values:
+        name = "ignore_eos" if req.ignore_eos else "min_tokens"
+        raise bad_request(
+            f"{name} cannot be combined with structured output or a required tool call: once the answer is "
+            f"complete the grammar allows only the end of text, which {name} forbids - leave {name} out",
+            name,
+        )
     return Plan(
         ids,
         max_tokens,

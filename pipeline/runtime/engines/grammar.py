@@ -15,6 +15,7 @@ cannot fill its budget with spaces.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from typing import Any
@@ -28,6 +29,7 @@ from ...errors import LpxError
 
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
 OPTIONS = ("guided_decoding_guide_type", "guided_decoding_guide")
+log = logging.getLogger(__name__)
 
 
 class Grammars:
@@ -58,12 +60,27 @@ class Grammars:
                 return c.compile_builtin_json_grammar()
             if guide_type == "json_schema":
                 json.loads(guide)
-                return c.compile_json_schema(guide, any_whitespace=False, strict_mode=True)
+                return c.compile_grammar(schema_ebnf(self.xgr, guide))
             if guide_type == "regex":
                 return c.compile_regex(guide)
             return c.compile_grammar(guide)
         except Exception as exc:  # xgrammar's parse errors (RuntimeError / ValueError), bad JSON
             raise LpxError(f"the {guide_type} guide is invalid ({reason(exc)}) - send a valid one") from None
+
+
+# xgrammar 0.2.9 writes a string with minLength / maxLength as `"\"" x_characters{m, n} "\""` with
+# `x_characters ::= [^\"\\\r\n]`: control bytes (0x00-0x1f but CR, LF) pass, so a raw \x01 ends up
+# inside a JSON string (invalid JSON), and escapes cannot be written at all. Such a character is one
+# JSON string character instead: anything but a control byte, a quote or a backslash, or one escape.
+_BOUNDED_CHAR = '[^\\"\\\\\\r\\n]'
+_JSON_CHAR = '([^\\0-\\x1f\\"\\\\] | ("\\\\" ([\\"\\\\/bfnrt] | ("u" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9]))))'
+
+
+def schema_ebnf(xgr: Any, schema: str) -> str:
+    """The grammar of a JSON schema (compact separators, strict: no extra properties) as EBNF, with
+    xgrammar's length-bounded string characters replaced by JSON's (see _BOUNDED_CHAR)."""
+    text = str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+    return text.replace(_BOUNDED_CHAR, _JSON_CHAR)
 
 
 def reason(exc: Exception) -> str:
@@ -84,6 +101,7 @@ class GrammarMask(ContinuousBatchingLogitsProcessor):
         self._lock = threading.Lock()
         self._rows: list[int] = []
         self._mask: torch.Tensor | None = None
+        self.failed: dict[str, str] = {}  # request id -> the desync found (TorchEngine ends it with an error)
 
     def add(self, request_id: str, compiled: Any) -> None:
         with self._lock:
@@ -92,6 +110,12 @@ class GrammarMask(ContinuousBatchingLogitsProcessor):
     def forget(self, request_id: str) -> None:
         with self._lock:
             self._matchers.pop(request_id, None)
+            self.failed.pop(request_id, None)
+
+    def failure(self, request_id: str) -> str | None:
+        """What went wrong with the request's grammar (a token outside it), or None."""
+        with self._lock:
+            return self.failed.get(request_id)
 
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.fill_(0)
@@ -110,7 +134,10 @@ class GrammarMask(ContinuousBatchingLogitsProcessor):
             xgr = self.grammars.xgr
             self._mask = xgr.allocate_token_bitmask(len(requests_with_new_token), self.grammars.vocab_size)
             for row, state, entry in found:
-                _advance(entry, _generated(state))
+                problem = _advance(entry, _generated(state))
+                if problem is not None:
+                    log.error("guided request %s: %s - it ends with an error", state.request_id, problem)
+                    self.failed.setdefault(state.request_id, problem)
                 entry[0].fill_next_token_bitmask(self._mask, row)
         return torch.zeros(len(requests_with_new_token), dtype=torch.int32)
 
@@ -121,7 +148,12 @@ class GrammarMask(ContinuousBatchingLogitsProcessor):
         out = scores.float().clone() if scores.dtype != torch.float32 else scores.clone()
         vocab = min(out.size(1), self.grammars.vocab_size)
         view = out[:, :vocab]
-        self.grammars.xgr.apply_token_bitmask_inplace(view, self._mask.to(out.device), indices=rows)
+        # xgrammar's own kernel on the CPU, plain torch on a GPU: its default there is a Triton kernel, and
+        # LPX needs no `triton` package at run time (xgrammar's wheel still asks for it)
+        backend = "cpu" if out.device.type == "cpu" else "torch_native"
+        self.grammars.xgr.apply_token_bitmask_inplace(
+            view, self._mask.to(out.device), indices=rows, backend=backend
+        )
         out[:, :vocab] = view
         return out.to(scores.dtype)
 
@@ -133,12 +165,20 @@ def _generated(state) -> list[int]:
     return list(extra) + list(state.generated_tokens)
 
 
-def _advance(entry: list, generated: list[int]) -> None:
+def _advance(entry: list, generated: list[int]) -> str | None:
+    """Feed the matcher the request's tokens it has not seen; what went wrong when one is outside the
+    grammar (None when all were accepted). Cannot happen while the mask is applied to the request's own
+    row and the request ends on the grammar's stop ids: a failure is a desync, so it is reported (the
+    engine ends the request with an error) rather than skipped."""
     matcher, fed = entry
-    for token in generated[fed:]:
-        if matcher.is_terminated() or not matcher.accept_token(int(token)):
-            break  # an end id after completion, or a token the mask forbade (cannot happen when masked)
+    for at in range(fed, len(generated)):
+        token = int(generated[at])
+        if matcher.is_terminated() or not matcher.accept_token(token):
+            entry[1] = len(generated)
+            state = "after the grammar ended" if matcher.is_terminated() else "that the grammar forbids"
+            return f"generated token {token} (position {at}) {state}"
     entry[1] = len(generated)
+    return None
 
 
 def install(manager) -> GrammarMask:

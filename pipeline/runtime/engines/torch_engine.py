@@ -273,6 +273,11 @@ class TorchEngine(Engine):
             if options.get("guided_decoding_guide"):
                 raise LpxError("guided_decoding_guide needs guided_decoding_guide_type - send both")
             return
+        if int(options.get("min_tokens") or 0) > 0:
+            raise LpxError(
+                "min_tokens cannot be combined with guided decoding: a complete answer's grammar allows only "
+                "the end id, which min_tokens forbids - leave min_tokens out"
+            )
         compiled = self.grammars().compile(str(guide_type), str(options.get("guided_decoding_guide") or ""))
         self._grammar.add(request_id, compiled)
 
@@ -298,7 +303,10 @@ class TorchEngine(Engine):
                     self._fail_all(RuntimeError(f"torch engine stopped: {self._manager.fatal_error}"))
                     return
                 continue
-            finished = out.is_finished() or out.error is not None
+            desync = self._grammar.failure(out.request_id)
+            finished = out.is_finished() or out.error is not None or desync is not None
+            if desync is not None and not out.is_finished():
+                self._manager.cancel_request(out.request_id)
             with self._lock:
                 stream = self._streams.get(out.request_id)
                 if stream is not None and finished:
@@ -307,6 +315,8 @@ class TorchEngine(Engine):
                 item = None
             elif out.error is not None:
                 item = RuntimeError(f"generation failed: {out.error}")
+            elif desync is not None:
+                item = RuntimeError(f"guided decoding failed: {desync} - a bug; the server log has it")
             elif stream.logprobs is not None:
                 logprobs = self._logprobs.take(out.request_id, list(out.logprobs))
                 top = self._logprobs.take_top(out.request_id, len(logprobs))
