@@ -27,7 +27,7 @@ httpx = pytest.importorskip("httpx")
 MODEL = "tiny-llama"
 PROMPTS = ["Bread is made", "The first token of an answer", "A good engineer", "Numbers tell stories"]
 ENDS_EARLY = "Once upon a time"  # the demo model says end-of-sequence after 14 tokens
-CAP = 900  # the gateway's max_tokens_cap here (the engine's is 512): lets prompt + max_tokens pass 1024
+CAP = 900  # serving.max_tokens_cap here (the default is 512): lets prompt + max_tokens pass 1024
 
 
 @dataclass
@@ -93,8 +93,8 @@ serve_forever_repo(parse_config(json.loads(sys.argv[1])), "fp8", SimpleNamespace
 @pytest.fixture(scope="module")
 def stack(torch_engine_dir: Path, tmp_path_factory):
     """`lpx serve`'s Triton + gateway on the demo's torch engine, with three API keys: one plain, one
-    allowed 2 requests per minute, one 30 tokens per minute. The gateway's max_tokens_cap is 900 (the
-    engine's 512), so that prompt + max_tokens can pass max_seq_len 1024."""
+    allowed 2 requests per minute, one 30 tokens per minute. serving.max_tokens_cap is 900 (the
+    default 512), so that prompt + max_tokens can pass max_seq_len 1024."""
     from transformers import AutoTokenizer
 
     from pipeline.config import parse_config
@@ -111,6 +111,7 @@ def stack(torch_engine_dir: Path, tmp_path_factory):
         pytest.skip(exc.message)
     root = tmp_path_factory.mktemp("gateway")
     data = demo_config_dict(str(root / "unused-checkpoint"))
+    data["serving"]["max_tokens_cap"] = CAP  # the engine's and the gateway's (a gateway cap may only lower it)
     write_repository(root / "repo", torch_engine_dir, parse_config(data))
     keys = root / "keys.json"
     main, secret = add_key(keys, "tests")
@@ -400,9 +401,9 @@ def test_chat_refusals_and_malformed_bodies(stack: Stack) -> None:
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "hi"}],
-            tools=[{"type": "function", "function": {"name": "f"}}],
+            tools=[{"type": "function", "function": {"name": "f"}}] * 2,
         )
-    assert info.value.param == "tools" and "tool calling" in info.value.message
+    assert info.value.param == "tools" and "same name" in info.value.message
     with pytest.raises(openai.NotFoundError) as info:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     assert info.value.code == "model_not_found"

@@ -187,8 +187,10 @@ class Triton:
                     backend=str(config.get("backend") or ""),
                 )
                 for key, value in (overrides or {}).items():
+                    # the gateway's own limits may only lower the engine's: it cannot serve past them
                     if value:
-                        setattr(info, key, int(value))
+                        current = getattr(info, key)
+                        setattr(info, key, min(int(value), current) if current else int(value))
                 self._info = info
         return self._info
 
