@@ -111,7 +111,9 @@ def stack(torch_engine_dir: Path, tmp_path_factory):
         pytest.skip(exc.message)
     root = tmp_path_factory.mktemp("gateway")
     data = demo_config_dict(str(root / "unused-checkpoint"))
-    data["serving"]["max_tokens_cap"] = CAP  # the engine's and the gateway's (a gateway cap may only lower it)
+    data["serving"]["max_tokens_cap"] = (
+        CAP  # the engine's and the gateway's (a gateway cap may only lower it)
+    )
     write_repository(root / "repo", torch_engine_dir, parse_config(data))
     keys = root / "keys.json"
     main, secret = add_key(keys, "tests")
