@@ -27,7 +27,7 @@ httpx = pytest.importorskip("httpx")
 MODEL = "tiny-llama"
 PROMPTS = ["Bread is made", "The first token of an answer", "A good engineer", "Numbers tell stories"]
 ENDS_EARLY = "Once upon a time"  # the demo model says end-of-sequence after 14 tokens
-CAP = 900  # the gateway's max_tokens_cap here (the engine's is 512): lets prompt + max_tokens pass 1024
+CAP = 900  # serving.max_tokens_cap here (the default is 512): lets prompt + max_tokens pass 1024
 
 
 @dataclass
@@ -93,8 +93,8 @@ serve_forever_repo(parse_config(json.loads(sys.argv[1])), "fp8", SimpleNamespace
 @pytest.fixture(scope="module")
 def stack(torch_engine_dir: Path, tmp_path_factory):
     """`lpx serve`'s Triton + gateway on the demo's torch engine, with three API keys: one plain, one
-    allowed 2 requests per minute, one 30 tokens per minute. The gateway's max_tokens_cap is 900 (the
-    engine's 512), so that prompt + max_tokens can pass max_seq_len 1024."""
+    allowed 2 requests per minute, one 30 tokens per minute. serving.max_tokens_cap is 900 (the
+    default 512), so that prompt + max_tokens can pass max_seq_len 1024."""
     from transformers import AutoTokenizer
 
     from pipeline.config import parse_config
@@ -111,6 +111,9 @@ def stack(torch_engine_dir: Path, tmp_path_factory):
         pytest.skip(exc.message)
     root = tmp_path_factory.mktemp("gateway")
     data = demo_config_dict(str(root / "unused-checkpoint"))
+    data["serving"]["max_tokens_cap"] = (
+        CAP  # the engine's and the gateway's (a gateway cap may only lower it)
+    )
     write_repository(root / "repo", torch_engine_dir, parse_config(data))
     keys = root / "keys.json"
     main, secret = add_key(keys, "tests")
@@ -331,7 +334,7 @@ def test_logprobs_and_penalties_reach_the_engine(stack: Stack) -> None:
     """logprobs (chat: true) asks tensorrt_llm for output_log_probs: one per completion token, of the
     penalized distribution before truncation (a greedy token's own log probability, not log 1);
     presence / frequency penalties reach the engine (the torch target honours them). Alternatives
-    (top_logprobs) are refused by the gateway."""
+    (top_logprobs) come from the same distribution: the greedy token is the first of them."""
     client = stack.client()
     messages = [{"role": "user", "content": "Bread"}]
     got = client.chat.completions.create(
@@ -349,21 +352,24 @@ def test_logprobs_and_penalties_reach_the_engine(stack: Stack) -> None:
         frequency_penalty=0.5,
     )
     assert penalised.usage.completion_tokens >= 1 and penalised.choices[0].finish_reason in ("stop", "length")
-    with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=6, logprobs=True, top_logprobs=3
-        )
-    assert info.value.param == "top_logprobs"
+    top = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
+    for tok in top.choices[0].logprobs.content:
+        assert len(tok.top_logprobs) == 3 and tok.top_logprobs[0].token == tok.token
 
 
 # -- what is refused ------------------------------------------------------------------------------
 REFUSED = [
-    ({"n": 2}, 400, "n", "n = 2"),
+    ({"n": 129}, 400, "n", "less than or equal to 128"),
+    ({"prompt": [PROMPTS[0]] * 43, "n": 3}, 400, "prompt", "at most 128"),
     ({"best_of": 3}, 400, "best_of", "best_of"),
     ({"logit_bias": {"50": 10}}, 400, "logit_bias", "logit_bias"),
     ({"suffix": "end"}, 400, "suffix", "suffix"),
-    ({"echo": True}, 400, "echo", "echo"),
-    ({"logprobs": 2}, 400, "logprobs", "alternatives"),
+    ({"echo": True, "logprobs": 0}, 400, "echo", "prompt's log probabilities"),
+    ({"logprobs": 21}, 400, "logprobs", "less than or equal to 20"),
+    ({"min_tokens": 5}, 400, "min_tokens", "above max_tokens 4"),
+    ({"repetition_penalty": 0}, 400, "repetition_penalty", "greater than 0"),
     ({"max_tokens": 950}, 400, "max_tokens", f"limit of {CAP}"),
     ({"prompt": "word " * 200, "max_tokens": 800}, 400, "max_tokens", "max_seq_len 1024"),
     ({"prompt": "word " * 600}, 400, "prompt", "max_input_len 512"),
@@ -373,7 +379,7 @@ REFUSED = [
     ({"frobnicate": 1}, 400, "frobnicate", "not a parameter"),
     ({"model": "gpt-4"}, 404, "model", "serves 'tiny-llama'"),
     ({"presence_penalty": 3.5}, 400, "presence_penalty", "less than or equal to 2"),
-    ({"seed": -1}, 400, "seed", "seed"),
+    ({"seed": -(2**63) - 1}, 400, "seed", "greater than or equal to -9223372036854775808"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "stream: true"),
 ]
 
@@ -397,9 +403,9 @@ def test_chat_refusals_and_malformed_bodies(stack: Stack) -> None:
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "hi"}],
-            tools=[{"type": "function", "function": {"name": "f"}}],
+            tools=[{"type": "function", "function": {"name": "f"}}] * 2,
         )
-    assert info.value.param == "tools" and "tool calling" in info.value.message
+    assert info.value.param == "tools" and "same name" in info.value.message
     with pytest.raises(openai.NotFoundError) as info:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     assert info.value.code == "model_not_found"

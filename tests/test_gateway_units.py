@@ -85,6 +85,74 @@ def test_lengths_follow_the_engine() -> None:
         max_tokens_for(600, 500, wide, "max_completion_tokens")
 
 
+def _chat(**fields):
+    from pipeline.gateway.schemas import ChatCompletionRequest
+
+    return ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]} | fields
+    )
+
+
+def test_choices_seeds_and_alternatives_are_planned_per_engine() -> None:
+    """Alternatives go to an engine that declares LPX's top-k tensors and are refused naming the engine
+    target's C++ backend otherwise; a negative seed is sent modulo 2**64; ignore_eos is min_tokens =
+    max_tokens; completions default to 16 tokens within the room left."""
+    from pipeline.gateway.generation import plan_one
+    from pipeline.gateway.triton import TOP_INPUT, TOP_OUTPUTS
+
+    logprobs = ({"return_log_probs": "BOOL"}, {"output_log_probs"})
+    cxx = ModelInfo(
+        inputs=dict(logprobs[0]), outputs=set(logprobs[1]), max_seq_len=1024, backend="tensorrtllm"
+    )
+    with pytest.raises(ApiError, match=r"C\+\+ backend\) returns only the sampled token") as info:
+        plan_one(_chat(logprobs=True, top_logprobs=3), [1, 2], None, None, "max_tokens", cxx)
+    assert info.value.param == "top_logprobs"
+    torch_like = ModelInfo(
+        inputs={
+            **logprobs[0],
+            TOP_INPUT: "INT32",
+            "seed": "UINT64",
+            "min_tokens": "INT32",
+            "temperature": "FP32",
+        },
+        outputs={*logprobs[1], *TOP_OUTPUTS},
+        max_seq_len=1024,
+        backend="python",
+    )
+    job = plan_one(
+        _chat(logprobs=True, top_logprobs=3, seed=-1, ignore_eos=True, temperature=1.0),
+        [1, 2],
+        None,
+        7,
+        "max_tokens",
+        torch_like,
+    )
+    assert job.values[TOP_INPUT] == 3 and job.values["seed"] == 2**64 - 1 and job.values["min_tokens"] == 7
+    assert plan_one(_chat(), [1] * 1015, None, None, "max_tokens", torch_like, 16).max_tokens == 9
+    assert plan_one(_chat(), [1, 2], None, None, "max_tokens", torch_like, 16).max_tokens == 16
+    with pytest.raises(ApiError, match="not taken by the served model") as info:
+        plan_one(_chat(ignore_eos=True), [1, 2], None, 4, "max_tokens", cxx)
+    assert info.value.param == "ignore_eos"
+
+
+def test_a_seeded_draw_depends_on_seed_step_and_row_only() -> None:
+    """torch_sampling.draw: the same (row, seed, step) gives the same token; only finite scores are
+    drawn; over 1500 steps the draws follow the row's probabilities (fixed seeds, so deterministic: the
+    bound, 5 points of frequency, is about 4 standard deviations of a binomial at n = 1500)."""
+    torch = pytest.importorskip("torch")
+    from pipeline.runtime.engines.torch_sampling import draw
+
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    scores = torch.full((16,), float("-inf"))
+    scores[[3, 5, 8, 13]] = probs.log()
+    tokens = [draw(scores, 42, step) for step in range(1500)]
+    assert tokens[:50] == [draw(scores.clone(), 42, step) for step in range(50)]
+    assert tokens[:50] != [draw(scores, 43, step) for step in range(50)]
+    assert set(tokens) <= {3, 5, 8, 13}
+    for token, p in zip((3, 5, 8, 13), probs.tolist(), strict=True):
+        assert abs(tokens.count(token) / len(tokens) - p) < 0.05
+
+
 def test_keys_are_hashed_private_and_revocable(tmp_path) -> None:
     path = tmp_path / "gw" / "keys.json"
     key, secret = add_key(path, "alice", requests_per_minute=5)

@@ -148,7 +148,18 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
         stream = engine.submit([5, 6, 7], 6, end_ids=[2], temperature=0.0, return_log_probs=True)
         list(stream)
         logprobs_call = tensorrt_llm.CALLS[-1][1]
+        top = engine.submit(
+            [5, 6, 7], 4, end_ids=[2], temperature=0.0, return_log_probs=True, top_log_probs_k=3
+        )
+        list(top)
+        top_call = tensorrt_llm.CALLS[-1][1]
         stats = engine.iteration_stats()  # drained from LLM.get_stats
+    assert top_call["logprobs"] == 3 and len(top.top) == len(top.tokens) >= 1
+    for token, lp, (ids, values) in zip(top.tokens, top.logprobs, top.top, strict=True):
+        assert len(ids) == 3 and ids[0] == token and values == sorted(values, reverse=True), (
+            "greedy: the sampled token is the best of SamplingParams.logprobs = k's alternatives"
+        )
+        assert abs(values[0] - lp) < 1e-6
     assert logprobs_call["logprobs"] == 1 and "return_log_probs" not in logprobs_call
     assert len(stream.logprobs) == len(stream.tokens) >= 1 and all(lp <= 0 for lp in stream.logprobs), (
         "the sampled tokens' log probs come back from TokenLogprobs"

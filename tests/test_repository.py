@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.errors import LpxError
-from pipeline.runtime.tensors import DEFAULT_DTYPES, VALIDATED_INPUTS
+from pipeline.runtime.tensors import DEFAULT_DTYPES, LPX_TRTLLM, VALIDATED_INPUTS
 from pipeline.stages import repository as repo_stage
 from pipeline.stages.repository.model_configs import MODELS
 
@@ -183,6 +183,10 @@ def test_model_tensors_match_upstream(repo, model: str) -> None:
             validated = {row[0] for row in VALIDATED_INPUTS["latest"]}
             assert all(conf_input.optional for conf_input in conf.input if conf_input.name in validated)
             ours = {n: v for n, v in ours.items() if n not in validated}
+        if model == "tensorrt_llm":  # LPX's extension: top-k alternatives (tensors.LPX_TRTLLM), optional in
+            extra = {spec.name for spec in LPX_TRTLLM}
+            assert all(conf_input.optional for conf_input in conf.input if conf_input.name in extra)
+            ours = {n: v for n, v in ours.items() if n not in extra}
         assert set(ours) <= set(theirs), f"{model} {io}s not upstream: {set(ours) - set(theirs)}"
         assert {n: theirs[n] for n in ours} == ours
 

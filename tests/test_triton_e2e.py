@@ -341,9 +341,10 @@ def bad_requests() -> dict[str, tuple[dict, str]]:
             request_arrays(PROMPTS[0], 8, lora_task_id=np.array([[7]], dtype=np.uint64)),
             "lora_task_id = 7 is not supported",
         ),
+        # guided decoding is served on torch (tests/test_structured.py); a bad guide type is refused
         "guided decoding": (
-            request_arrays(PROMPTS[0], 8, guided_decoding_guide_type=text("json")),
-            "guided_decoding_guide_type = 'json' is not supported",
+            request_arrays(PROMPTS[0], 8, guided_decoding_guide_type=text("yaml")),
+            "guided_decoding_guide_type 'yaml' is not supported",
         ),
         "prompt table": (
             request_arrays(PROMPTS[0], 8, prompt_embedding_table=np.ones((1, 2, 8), np.float16)),

@@ -26,7 +26,9 @@ class TritonPythonModel(GenerationModel):
     def initialize(self, args: dict) -> None:
         resolve = self.setup(args)
         self.engine = TorchEngine(
-            resolve("gpt_model_path", "1/engine"), batch_invariant=self.flag("batch_invariant")
+            resolve("gpt_model_path", "1/engine"),
+            batch_invariant=self.flag("batch_invariant"),
+            tokenizer_dir=resolve("tokenizer_dir", "1/engine"),
         )
         self.tokenizer = AutoTokenizer.from_pretrained(resolve("tokenizer_dir", "1/engine"))
         self.eos_ids = eos_ids(resolve("gpt_model_path", "1/engine"))

@@ -3,7 +3,9 @@
 
 Each request is a streamed /v1/chat/completions (the prompt as one user message) or /v1/completions with
 `stream_options.include_usage`, so the server's usage gives the measured ISL and OSL, and temperature 0
-(greedy), as the Triton path's requests decode. TTFT is the first
+(greedy), as the Triton path's requests decode. With the output length forced (target.py probes the
+server first), each request also sends vLLM's ignore_eos and min_tokens = max_tokens, so every answer has
+exactly max_tokens tokens. TTFT is the first
 chunk that carries text; a chunk counts one token on arrival and the last one absorbs the difference
 to usage.completion_tokens (ITL = (E2E - TTFT) / (OSL - 1) needs only the total).
 """
@@ -45,6 +47,8 @@ class OpenAISender:
             "stream_options": {"include_usage": True},
             "temperature": 0,  # greedy, as the Triton path's requests (no sampling inputs: greedy there)
         }
+        if "min_tokens" in tensors:  # spec.force_output: exactly n tokens
+            body["ignore_eos"], body["min_tokens"] = True, n
         if self.chat:
             body["messages"] = [{"role": "user", "content": text}]
         else:

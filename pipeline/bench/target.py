@@ -130,18 +130,34 @@ def declare(spec: LoadSpec) -> set[str]:
     if spec.model != ENGINE and not spec.count_tokens:  # count tokens, not responses, where the model can
         spec.count_tokens = COUNT_INPUT in declared
     spec.count_input = COUNT_PROMPT in declared
-    spec.force_output = FORCE_OUTPUT in declared
+    # OpenAI's API: vLLM's extensions (ignore_eos, min_tokens), which LPX's gateway takes; output_notes
+    # probes whether the server does
+    spec.force_output = FORCE_OUTPUT in declared or spec.protocol == "openai"
     return declared
+
+
+def _openai_output_notes(spec: LoadSpec) -> list[str]:
+    """--api openai: output lengths forced with ignore_eos + min_tokens = max_tokens (vLLM's extensions,
+    LPX's gateway takes them), unless one probe request shows the server refuses them."""
+    head = f"OpenAI API ({spec.endpoint}): ISL and OSL measured from each response's usage; "
+    tried = probe(spec) if spec.force_output else None
+    if tried is not None and tried.error:
+        spec.force_output = False
+        return [
+            head
+            + f"output length not forced: the server refused ignore_eos / min_tokens ({tried.error[:200]})"
+            " - requests stop at max_tokens or at end-of-sequence, whichever comes first"
+        ]
+    if spec.force_output:
+        return [head + "output length forced (ignore_eos, min_tokens = max_tokens)"]
+    return [head + "output length not forced"]
 
 
 def output_notes(spec: LoadSpec) -> list[str]:
     """Whether the output length is forced, said; one probe request finds a model that declares
     min_tokens but refuses it (the torch target), which then is sent none."""
     if spec.protocol == "openai":
-        return [
-            f"OpenAI API ({spec.endpoint}): ISL and OSL measured from each response's usage; output length "
-            "not forced - requests stop at max_tokens or at end-of-sequence, whichever comes first"
-        ]
+        return _openai_output_notes(spec)
     if not spec.force_output:
         return [
             f"output length not forced: {spec.model} does not declare min_tokens - requests stop at "

@@ -5,10 +5,14 @@ gRPC (no preprocessing / postprocessing / ensemble hop), detokenizes and applies
 
   settings.py    what one gateway process runs with (from lpx.yaml's serving.openai)
   process.py     `python -m pipeline.gateway`, uvicorn, and GatewayProcess (start / drain / stop)
-  app.py         the routes (the generation ones outside FastAPI's stack), streaming, disconnects
+  app.py         the generation routes (outside FastAPI's stack), streaming, disconnects
+  routes.py      the other routes: health, /version, models, metrics, vLLM's /tokenize and /detokenize
+  responses_api.py  /v1/responses (OpenAI's Responses API for text) on the same path
   middleware.py  request id, body limit, API keys, access log and metrics per request
+  body.py        the body before its model: media type, UTF-8, strict JSON
   schemas.py     the request bodies and what is refused
-  generation.py  one request on the fast path: lengths, sampling inputs, the token stream as text
+  generation.py  one choice on the fast path: lengths, sampling inputs, the token stream as text
+  choices.py     the choices of one request (prompts x n) run together, merged, usage summed
   text.py        tokenizer, chat template, incremental detokenizer, stop sequences
   triton.py      the gRPC side: the model's interface, one streaming call per request, cancellation
   responses.py   OpenAI's response objects and server-sent events

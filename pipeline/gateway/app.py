@@ -1,10 +1,13 @@
 """The gateway's FastAPI application: routes, the fast path per request, streaming and disconnects.
 
   GET  /v1/models, /v1/models/{id}       the one served model
-  POST /v1/completions                   prompt (text or token ids) -> text
-  POST /v1/chat/completions              messages through the chat template -> text
+  POST /v1/completions                   prompt(s) (text or token ids) -> text, n choices each
+  POST /v1/chat/completions              messages through the chat template -> text, n choices
+  POST /v1/responses                     OpenAI's Responses API for text (responses_api.py)
   GET  /health/live                      the gateway runs
-  GET  /health/ready                     Triton and the `tensorrt_llm` model are ready
+  GET  /health/ready, /health            Triton and the `tensorrt_llm` model are ready (vLLM's /health)
+  GET  /version                          LPX's version (vLLM's shape)
+  POST /tokenize, /detokenize            the served tokenizer (vLLM's shapes; routes.py)
   GET  /metrics                          Prometheus text (metrics.py)
 
 A client that disconnects (a stream or a whole answer) cancels its gRPC call, so the engine stops.
@@ -12,7 +15,6 @@ A client that disconnects (a stream or a whole answer) cancels its gRPC call, so
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -24,13 +26,17 @@ from fastapi.responses import JSONResponse, Response
 
 from . import errors
 from .api_keys import KeyRing
+from .choices import Choices
 from .errors import ApiError, TooLarge
-from .generation import Generation, Piece, end_ids, plan
+from .flow import collect_all, start_choices
+from .flow import finish as _finish
+from .flow import until_disconnect as _until_disconnect
+from .generation import Piece, end_ids
 from .metrics import AccessLog, Metrics
 from .middleware import Gate
 from .ratelimit import RateLimits
 from .responses import DONE, Renderer
-from .schemas import ChatCompletionRequest, CompletionRequest, model_mismatch
+from .schemas import ChatCompletionRequest, CompletionRequest
 from .settings import GatewaySettings
 
 log = logging.getLogger("lpx.gateway")
@@ -100,6 +106,9 @@ class Gateway:
 def create_app(settings: GatewaySettings) -> Any:
     """The ASGI application inside the Gate middleware (keys, limits, log, metrics): the generation
     routes' POSTs straight to their endpoints, everything else through FastAPI."""
+    from .responses_api import ResponsesRequest, respond
+    from .routes import add_routes
+
     gw = Gateway(settings)
 
     @asynccontextmanager
@@ -115,15 +124,15 @@ def create_app(settings: GatewaySettings) -> Any:
     )
     app.state.gw = gw
     errors.install(app)
-    _add_routes(app, gw, settings)
-
-    # A POST to one of the two generation routes skips FastAPI's stack (its router and its middleware
+    add_routes(app, gw)
+    # A POST to one of the generation routes skips FastAPI's stack (its router and its middleware
     # layers, each a coroutine and often a wrapped send per request) and goes straight to a plain
     # ASGI endpoint that validates the body with pydantic from the JSON bytes and answers its own errors
     # in the same shape; any other method on those paths still gets FastAPI's 405.
     fast = {
-        "/v1/completions": GenerationRoute(gw, CompletionRequest, chat=False),
-        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, chat=True),
+        "/v1/completions": GenerationRoute(gw, CompletionRequest, generate, chat=False),
+        "/v1/chat/completions": GenerationRoute(gw, ChatCompletionRequest, generate, chat=True),
+        "/v1/responses": GenerationRoute(gw, ResponsesRequest, respond, chat=True),
     }
     for path, endpoint in fast.items():  # registered too, so that FastAPI answers another method's 405
         app.router.add_route(path, endpoint, ["POST"])
@@ -146,50 +155,16 @@ def create_app(settings: GatewaySettings) -> Any:
     )
 
 
-def _add_routes(app: FastAPI, gw: Gateway, settings: GatewaySettings) -> None:
-    """The routes FastAPI serves: health, metrics and the model list."""
-
-    @app.get("/health/live")
-    async def live() -> dict:
-        return {"status": "live"}
-
-    @app.get("/health/ready")
-    async def ready() -> Response:
-        ok, why = await gw.triton.ready()
-        if ok:
-            await gw.model_info()
-            return JSONResponse({"status": "ready", "model": settings.model_name})
-        raise ApiError(503, why + " - wait for it to load, or see Triton's log", code="not_ready")
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        body, kind = gw.metrics.render()
-        return Response(body, media_type=kind)
-
-    def model_card() -> dict:
-        return {"id": settings.model_name, "object": "model", "created": gw.started, "owned_by": "lpx"}
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> dict:
-        if model_id != settings.model_name:
-            raise model_mismatch(model_id, settings.model_name)
-        return model_card()
-
-
 class GenerationRoute:
-    """/v1/completions or /v1/chat/completions as an ASGI endpoint."""
+    """A generation route (/v1/completions, /v1/chat/completions, /v1/responses) as an ASGI endpoint."""
 
-    def __init__(self, gw: Gateway, model: type, chat: bool) -> None:
-        self.gw, self.model, self.chat = gw, model, chat
+    def __init__(self, gw: Gateway, model: type, handler: Any, chat: bool) -> None:
+        self.gw, self.model, self.handler, self.chat = gw, model, handler, chat
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         request = Request(scope, receive)
         try:
-            response = await generate(self.gw, await _body(request, self.model), request, self.chat)
+            response = await self.handler(self.gw, await _body(request, self.model), request, self.chat)
         except ApiError as exc:
             response = _noted(scope, exc)
         except TooLarge:
@@ -210,7 +185,7 @@ async def _body(request: Request, model: type) -> Any:
     when the client leaves while sending it (the access log's one line says so; no traceback)."""
     from starlette.requests import ClientDisconnect
 
-    from .schemas import check_media_type, parse_body
+    from .body import check_media_type, parse_body
 
     check_media_type(request.headers.getlist("content-type"))
     try:
@@ -226,38 +201,16 @@ async def _body(request: Request, model: type) -> Any:
 async def generate(
     gw: Gateway, body: CompletionRequest | ChatCompletionRequest, request: Request, chat: bool
 ) -> Any:
-    s = gw.settings
     rec = request.scope["state"]["lpx"]
-    rec["stream"], rec["model"] = body.stream, body.model
-    if body.model != s.model_name:
-        raise model_mismatch(body.model, s.model_name)
-    key = rec.get("key")
-    await gw.limits.admit(key, rec["key_id"])
-    info = await gw.model_info()
-    job = plan(body, gw.codec, info, gw.ends)
-    rec["prompt_tokens"] = len(job.ids)
-    if gw.access.log_prompts:
-        rec["prompt"] = job.prompt
-    await gw.limits.spend(key, rec["key_id"], len(job.ids))
-    gen = Generation(job, gw.triton, info, gw.codec, rec["request_id"], s.request_timeout_s)
-    render = Renderer(chat, rec["request_id"], s.model_name, gw.codec, body.include_usage)
-    rec["generated"] = True
-    gw.metrics.in_flight.inc()
+    gen = await start_choices(gw, body, request)
+    render = Renderer(chat, rec["request_id"], gw.settings.model_name, gw.codec, body.include_usage)
+    render.tools = {g.plan.index: g.plan.tools for g in gen.gens if g.plan.tools is not None}
     pieces = gen.pieces()
     if not body.stream:
-        collected: list[Piece] = []
-
-        async def collect() -> None:
-            async for piece in pieces:
-                collected.append(piece)
-
-        try:
-            if not await _until_disconnect(collect(), request.receive):
-                rec["disconnected"] = True
-                return Response(status_code=499)
-            return JSONResponse(render.whole("".join(p.text for p in collected), gen, collected))
-        finally:
-            await _finish(gw, gen, rec, pieces)
+        collected = await collect_all(gw, gen, rec, pieces, request)
+        if collected is None:
+            return Response(status_code=499)
+        return JSONResponse(render.whole(collected, gen.usage(), gen.plan.logprobs))
     try:
         first = await pieces.__anext__()  # the engine's refusal is still a proper 4xx status here
     except StopAsyncIteration:
@@ -268,57 +221,13 @@ async def generate(
     return SSEResponse(gw, gen, render, first, pieces, rec)
 
 
-async def _finish(gw: Gateway, gen: Generation, rec: dict, pieces: Any) -> None:
-    """Once per generation request: close the engine stream, count and record."""
-    if rec.get("finished"):
-        return
-    rec["finished"] = True
-    try:
-        await pieces.aclose()
-    finally:
-        gw.metrics.in_flight.dec()
-        rec.update(
-            prompt_tokens=gen.prompt_tokens,
-            completion_tokens=gen.completion_tokens,
-            finish_reason=gen.finish_reason,
-            first_token_at=gen.first_token_at,
-            last_token_at=gen.last_token_at,
-        )
-        await gw.limits.spend(rec.get("key"), rec["key_id"], gen.completion_tokens)
-
-
-async def _until_disconnect(work: Any, receive: Any) -> bool:
-    """Run `work` unless the client disconnects first (then cancel it); True if it ran to the end."""
-    task = asyncio.ensure_future(work)
-    listener = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # we were cancelled ourselves (the drain ran out): so is the work,
-        listener.cancel()  # and its cleanup (the gRPC call closed, the record filled) ends before the answer
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise
-    listener.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return False
-    task.result()  # re-raise its error
-    return True
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 class SSEResponse(Response):
     """A streamed answer (the module docstring of responses.py): written by one coroutine straight from
     the engine's pieces; when the client goes away - also while the engine has not produced the next
     token - the coroutine is cancelled, which closes the gRPC call."""
 
     def __init__(
-        self, gw: Gateway, gen: Generation, render: Renderer, first: Piece | None, pieces: Any, rec: dict
+        self, gw: Gateway, gen: Choices, render: Renderer, first: Piece | None, pieces: Any, rec: dict
     ):
         super().__init__(status_code=200, media_type="text/event-stream")
         self.gw, self.gen, self.render, self.first, self.pieces, self.rec = (
@@ -334,15 +243,14 @@ class SSEResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # body chunks go to the server's own send: the framework's wrappers only watch the start
         raw = self.rec.get("raw_send") or send
-        render, offset = self.render, 0
-        head = render.role_chunk() if render.chat else b""
+        render, offsets = self.render, {}
+        head = b"".join(render.role_chunk(g.plan.index) for g in self.gen.gens) if render.chat else b""
         if self.first is not None:
-            head += render.chunk(self.first, offset)
-            offset += len(self.first.text)
+            head += self._chunk(self.first, offsets)
 
         async def pump() -> None:
             try:
-                await self._write(raw, offset)
+                await self._write(raw, offsets)
             finally:
                 await _finish(self.gw, self.gen, self.rec, self.pieces)
 
@@ -356,19 +264,23 @@ class SSEResponse(Response):
             self.rec["disconnected"] = True
             await _finish(self.gw, self.gen, self.rec, self.pieces)  # (once: a no-op after pump's)
 
-    async def _write(self, send: Any, offset: int) -> None:
+    def _chunk(self, piece: Piece, offsets: dict[int, int]) -> bytes:
+        if piece.finish is not None:
+            return self.render.finish_chunk(piece.finish, piece.index)
+        offset = offsets.get(piece.index, 0)
+        offsets[piece.index] = offset + len(piece.text)
+        return self.render.chunk(piece, offset)
+
+    async def _write(self, send: Any, offsets: dict[int, int]) -> None:
         render, body = self.render, "http.response.body"
         try:
             async for piece in self.pieces:
-                await send({"type": body, "body": render.chunk(piece, offset), "more_body": True})
-                offset += len(piece.text)
+                await send({"type": body, "body": self._chunk(piece, offsets), "more_body": True})
         except ApiError as exc:
             self.rec["error"] = exc.message
             await send({"type": body, "body": render.error_event(exc.body()) + DONE, "more_body": False})
             self.rec["complete"] = True  # (no await between: a drain cannot end it a second time)
             return
-        tail = render.finish_chunk(self.gen.finish_reason or "stop")
-        if render.include_usage:
-            tail += render.usage_chunk(self.gen)
+        tail = render.usage_chunk(self.gen.usage()) if render.include_usage else b""
         await send({"type": body, "body": tail + DONE, "more_body": False})
         self.rec["complete"] = True

@@ -2,10 +2,13 @@
 engine's token stream turned into text pieces with stop sequences and exact counts (`Generation`).
 
 Lengths follow the engine: a prompt above max_input_len, or prompt + max_tokens above max_seq_len, is a
-400 with the numbers; without max_tokens a request gets what remains of max_seq_len, capped by
-serving.max_tokens_cap. Sampling maps onto upstream's inputs (temperature, runtime_top_p, runtime_top_k,
-seed, presence/frequency penalty); a value the served model does not declare is refused unless it is the
-default. completion_tokens counts every id the engine generated for the answer, the end-of-sequence id
+400 with the numbers; without max_tokens a completion gets 16 tokens (OpenAI's and vLLM's default) and a
+chat what remains of max_seq_len, both capped by serving.max_tokens_cap and the room left. Sampling maps
+onto upstream's inputs (temperature, runtime_top_p, runtime_top_k, seed, presence / frequency /
+repetition penalty, min_tokens; ignore_eos as min_tokens = max_tokens); a value the served model does not
+declare is refused unless it is the default. A request of several prompts and / or n > 1 is one plan per
+choice (choice index = prompt index x n + sample), each an independent engine request; with a seed,
+sample i gets seed + i, so the choices differ and each reproduces. completion_tokens counts every id the engine generated for the answer, the end-of-sequence id
 included, up to the one that completed a stop sequence.
 """
 
@@ -13,15 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ApiError, bad_request
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .text import StopText, TextCodec, prompt_ids
-from .triton import Delta, EngineError, ModelInfo, Triton
+from .triton import TOP_INPUT, Delta, EngineError, ModelInfo, Triton
 
 DEFAULT_WITHOUT_LIMITS = 16  # max_tokens when neither max_seq_len nor max_tokens_cap is known
+COMPLETIONS_DEFAULT = 16  # /v1/completions' max_tokens when absent (OpenAI's and vLLM's)
+UINT64 = 2**64
 
 
 @dataclass
@@ -33,6 +38,10 @@ class Plan:
     logprobs: bool
     end_ids: frozenset[int]
     prompt: Any = None  # for the access log when prompts are logged
+    index: int = 0  # the choice's index
+    echo: str = ""  # completions' echo: the prompt's text, sent before the answer
+    top_logprobs: int = 0  # alternatives per token (0: the sampled token's only)
+    tools: Any = None  # tools.ToolCalls when the answer may be tool calls (one per choice: it keeps state)
 
 
 @dataclass
@@ -42,6 +51,9 @@ class Piece:
     text: str
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] | None = None
+    index: int = 0  # the choice it belongs to
+    finish: str | None = None  # set on the marker that ends a choice (choices.py), its text empty
+    top: list[list[tuple[int, float]]] | None = None  # per token: (id, log prob) alternatives
 
 
 def end_ids(codec: TextCodec) -> list[int]:
@@ -101,9 +113,14 @@ def _sampling(req: CompletionRequest | ChatCompletionRequest, info: ModelInfo, v
         ),
         "runtime_top_p": (1.0 if req.top_p is None else req.top_p, "top_p", req.top_p not in (None, 1.0)),
         "runtime_top_k": (top_k, "top_k", top_k != 0),
-        "seed": (req.seed, "seed", req.seed is not None),
+        "seed": (None if req.seed is None else req.seed % UINT64, "seed", req.seed is not None),
         "presence_penalty": (req.presence_penalty, "presence_penalty", bool(req.presence_penalty)),
         "frequency_penalty": (req.frequency_penalty, "frequency_penalty", bool(req.frequency_penalty)),
+        "repetition_penalty": (
+            req.repetition_penalty,
+            "repetition_penalty",
+            req.repetition_penalty not in (None, 1.0),
+        ),
     }
     values = {}
     for name, (value, param, set_) in asked.items():
@@ -118,47 +135,153 @@ def _sampling(req: CompletionRequest | ChatCompletionRequest, info: ModelInfo, v
     return values
 
 
-def plan(
+def plans(
     req: CompletionRequest | ChatCompletionRequest, codec: TextCodec, info: ModelInfo, ends: list[int]
-) -> Plan:
-    """Check and translate one request (400 for anything the gateway or the engine would refuse)."""
+) -> list[Plan]:
+    """Check and translate one request into one plan per choice (400 for anything the gateway or the
+    engine would refuse)."""
     req.refuse()
-    stops = req.stops()
+    n = req.n or 1
     if isinstance(req, ChatCompletionRequest):
-        messages = [m.model_dump(exclude_none=True) | {"content": m.text()} for m in req.messages]
-        ids, prompt = codec.encode_chat(messages), messages
-        asked, param = (
-            req.asked_tokens(),
-            "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
-        )
-        logprobs = bool(req.logprobs)
+        tm, messages, ids = _chat_prompt(req, codec)
+        param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+        first = plan_one(req, ids, messages, req.asked_tokens(), param, info, None, codec.vocab_size, tm)
+        firsts = [first]
     else:
-        prompt = req.single_prompt()
-        ids, asked, param = prompt_ids(codec, prompt), req.max_tokens, "max_tokens"
-        logprobs = req.logprobs is not None
-    if not ids:
-        raise bad_request("The prompt is empty after tokenization - send some text", "prompt")
-    max_tokens = max_tokens_for(asked, len(ids), info, param)
-    if logprobs and not info.log_probs:
+        firsts = []
+        for prompt in req.prompts():
+            ids = prompt_ids(codec, prompt)
+            echo = (prompt if isinstance(prompt, str) else codec.decode(ids)) if req.echo else ""
+            one = plan_one(
+                req, ids, prompt, req.max_tokens, "max_tokens", info, COMPLETIONS_DEFAULT, codec.vocab_size
+            )
+            one.echo = echo
+            firsts.append(one)
+    out = []
+    for first in firsts:
+        for sample in range(n):
+            values = dict(first.values)
+            if sample and "seed" in values:
+                values["seed"] = (values["seed"] + sample) % UINT64
+            index = len(out)
+            calls = _tool_calls(first.tools.tm) if first.tools is not None else None
+            out.append(replace(first, values=values, index=index, tools=calls))
+    if ends:
+        for one in out:
+            one.values["end_id"] = ends[0]
+            pad = codec.tokenizer.pad_token_id
+            one.values["pad_id"] = pad if isinstance(pad, int) else ends[0]
+            one.end_ids = frozenset(ends)
+    return out
+
+
+def _logprobs_asked(req: CompletionRequest | ChatCompletionRequest, info: ModelInfo) -> tuple[bool, int]:
+    """(the sampled tokens' log probs asked, alternatives per token); refused where the engine lacks them."""
+    if isinstance(req, ChatCompletionRequest):
+        asked, k, param = bool(req.logprobs), req.top_logprobs or 0, "top_logprobs"
+    else:
+        asked, k, param = req.logprobs is not None, req.logprobs or 0, "logprobs"
+    if asked and not info.log_probs:
         raise bad_request(
             "logprobs are not available: the served model declares no output_log_probs - leave logprobs out",
             "logprobs",
         )
+    if k and not info.top_log_probs:
+        raise bad_request(
+            f"{param} = {k} asks for alternatives: the served engine ({info.target}) returns only the "
+            f"sampled token's log probability - send {param} 0 (the torch and llmapi targets return them)",
+            param,
+        )
+    return asked, k
+
+
+def plan_one(
+    req: CompletionRequest | ChatCompletionRequest,
+    ids: list[int],
+    prompt: Any,
+    asked: int | None,
+    param: str,
+    info: ModelInfo,
+    default: int | None = None,
+    vocab: int = 0,
+    tm: Any = None,
+) -> Plan:
+    """One prompt's plan (choice 0); `default`: max_tokens when absent (None: what remains); `tm`: the
+    chat request's tools.ToolMode (its guide constrains the answer; its calls are parsed from it)."""
+    if not ids:
+        raise bad_request("The prompt is empty after tokenization - send some text", "prompt")
+    if asked is None and default is not None:  # the default, within the cap and the room left
+        room = info.max_seq_len - len(ids) if info.max_seq_len else 0
+        asked = min(x for x in (default, info.max_tokens_cap, room) if x > 0) if room >= 0 else None
+    max_tokens = max_tokens_for(asked, len(ids), info, param)
+    logprobs, k = _logprobs_asked(req, info)
     values: dict[str, Any] = {
         "input_lengths": len(ids),
         "request_output_len": max_tokens,
         "streaming": True,
         "exclude_input_in_output": True,
         "return_num_input_tokens": True,
-        **_sampling(req, info, codec.vocab_size),
+        **_sampling(req, info, vocab),
     }
-    if ends:
-        values["end_id"] = ends[0]
-        pad = codec.tokenizer.pad_token_id
-        values["pad_id"] = pad if isinstance(pad, int) else ends[0]
+    min_tokens = req.min_tokens_for(max_tokens)
+    if min_tokens:
+        if "min_tokens" not in info.inputs:
+            name = "ignore_eos" if req.ignore_eos else "min_tokens"
+            raise bad_request(f"{name} is not taken by the served model (no min_tokens input)", name)
+        values["min_tokens"] = min_tokens
     if logprobs:
         values["return_log_probs"] = True
-    return Plan(ids, max_tokens, values, stops, logprobs, frozenset(ends), prompt)
+    if k:
+        values[TOP_INPUT] = k
+    values.update(_guided(req, tm, info))
+    if min_tokens and "guided_decoding_guide_type" in values:
+        name = "ignore_eos" if req.ignore_eos else "min_tokens"
+        raise bad_request(
+            f"{name} cannot be combined with structured output or a required tool call: once the answer is "
+            f"complete the grammar allows only the end of text, which {name} forbids - leave {name} out",
+            name,
+        )
+    return Plan(
+        ids,
+        max_tokens,
+        values,
+        req.stops(),
+        logprobs,
+        frozenset(),
+        prompt,
+        top_logprobs=k,
+        tools=_tool_calls(tm),
+    )
+
+
+def _chat_prompt(req: ChatCompletionRequest, codec: TextCodec) -> tuple[Any, list[dict[str, Any]], list[int]]:
+    """(tools.ToolMode, the messages as the template takes them, the prompt ids)."""
+    from . import tools
+
+    tm = tools.tool_mode(req, tools.parser_for(codec))
+    messages = tools.template_messages(req.messages)
+    return tm, messages, codec.encode_chat(messages, tools.template_tools(tm))
+
+
+def _guided(req: CompletionRequest | ChatCompletionRequest, tm: Any, info: ModelInfo) -> dict[str, Any]:
+    """The guided-decoding inputs of structured outputs or a required / named tool call (structured.py)."""
+    from .structured import engine_values, request_guide
+
+    guide = request_guide(req)
+    if tm is not None and tm.guide is not None:
+        if guide is not None:
+            raise bad_request(
+                f"tool_choice {tm.mode} and {guide.param} both constrain the answer - send one of them",
+                "tool_choice",
+            )
+        guide = tm.guide
+    return engine_values(guide, info) if guide is not None else {}
+
+
+def _tool_calls(tm: Any) -> Any:
+    from .tools import ToolCalls
+
+    return ToolCalls(tm) if tm is not None and tm.calls else None
 
 
 class Generation:
@@ -219,12 +342,17 @@ class Generation:
             self.finish_reason = "stop"
             if not out and not (self.plan.logprobs and ids):
                 return None, True
-            return Piece(out, ids, delta.logprobs if self.plan.logprobs else None), True
+            return self._piece(out, ids, delta), True
         if delta.final:
             out += stop.flush()
         if not out and not (self.plan.logprobs and ids):
             return None, delta.final
-        return Piece(out, ids, delta.logprobs if self.plan.logprobs else None), delta.final
+        return self._piece(out, ids, delta), delta.final
+
+    def _piece(self, text: str, ids: list[int], delta: Delta) -> Piece:
+        lp = delta.logprobs if self.plan.logprobs else None
+        top = delta.top if self.plan.top_logprobs else None
+        return Piece(text, ids, lp, self.plan.index, top=top)
 
     def usage(self) -> dict[str, int]:
         return {

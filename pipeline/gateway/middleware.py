@@ -28,12 +28,17 @@ ROUTES = (
     "/v1/models",
     "/v1/completions",
     "/v1/chat/completions",
+    "/v1/responses",
     "/health/live",
     "/health/ready",
+    "/health",
+    "/version",
+    "/tokenize",
+    "/detokenize",
     "/metrics",
 )
-GENERATION = ("/v1/completions", "/v1/chat/completions")
-QUIET = ("/health/live", "/health/ready", "/metrics")  # logged only when they fail
+GENERATION = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
+QUIET = ("/health/live", "/health/ready", "/health", "/metrics")  # logged only when they fail
 
 
 def route_label(path: str) -> str:
@@ -62,6 +67,8 @@ class Gate:
     ):
         self.app, self.keys, self.metrics, self.log = app, keys, metrics, log
         self.open_routes, self.max_body = set(open_routes), max_body
+        if "/health/ready" in self.open_routes:  # vLLM's /health is the same readiness check
+            self.open_routes.add("/health")
         self.drain_timeout_s = drain_timeout_s
         self.drained = False  # the drain time is over: a cancelled request is ended by _drain_end
 

@@ -5,30 +5,32 @@ is not a number, `"yes"` is not a boolean; a number field takes a JSON integer, 
 number and list is bounded (a value the engine's int32 / uint64 inputs cannot hold is a 400 naming the
 field, never a 500). Unknown fields are refused (as OpenAI does) so a misspelt parameter is not silently
 ignored; fields a client library sends by habit (user, metadata, store, service_tier) are accepted and
-ignored. Fields the gateway cannot honour (n > 1, best_of, logit_bias, suffix, echo, tools, response
-formats other than text) are declared so that they are refused with a message naming the fix rather than
-"unknown". `read_json` reads the body first (media type, UTF-8, JSON, duplicate keys, depth).
+ignored. Fields the gateway cannot honour (best_of, logit_bias, suffix) are declared so that they are
+refused with a message naming the fix rather than "unknown". Structured outputs (response_format,
+structured_outputs) and tools are served (structured.py, tools.py). vLLM's sampling extensions the load
+tools send (top_k, min_tokens, ignore_eos, repetition_penalty) are taken with vLLM's names and bounds.
+`read_json` reads the body first (media type, UTF-8, JSON, duplicate keys, depth).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic_core import PydanticCustomError
 
-from .errors import ApiError, bad_request, from_validation
+from .body import _kind, check_media_type, parse_body, read_json  # noqa: F401 (their old home)
+from .errors import ApiError, bad_request
 
 MAX_STOPS = 4
 MAX_STOP_CHARS = 256  # each stop string; the stop matcher's per-token work grows with the longest one
-MAX_PROMPTS = 2048  # entries of a prompt list (only one prompt per request is served; the rest is a 400)
+MAX_PROMPTS = 2048  # entries of a prompt list
+MAX_CHOICES = 128  # prompts x n of one request: each is one engine request
 MAX_PROMPT_IDS = 1 << 20  # token ids of one prompt (max_input_len refuses long ones with its numbers)
 MAX_MESSAGES = 4096
 MAX_PARTS = 1024  # content parts of one message
 INT32 = 2**31 - 1  # the engine's int32 inputs (request_output_len, runtime_top_k)
-INT64 = 2**63 - 1  # seed (OpenAI's is an int64; the engine's input is uint64, so >= 0 here)
+INT64 = 2**63 - 1  # seed: OpenAI's is any int64; the engine's uint64 input gets it modulo 2**64
 
 Short = Annotated[str, StringConstraints(max_length=256)]
 
@@ -40,17 +42,6 @@ class Body(BaseModel):
 class StreamOptions(Body):
     include_usage: bool = False
     continuous_usage_stats: bool = False
-
-
-def _kind(value: Any) -> str:
-    """A JSON value's kind, for messages ("a string", "a boolean", ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return {str: "a string", list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def _invalid(message: str, **ctx: Any) -> PydanticCustomError:
@@ -114,9 +105,12 @@ class Sampling(Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: Any = None
-    seed: int | None = Field(None, ge=0, le=INT64)
+    seed: int | None = Field(None, ge=-INT64 - 1, le=INT64)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=INT32, description="vLLM's: > 0, 1 = off")
+    min_tokens: int | None = Field(None, ge=0, le=INT32, description="vLLM's: EOS is held back until then")
+    ignore_eos: bool | None = Field(None, description="vLLM's: run to max_tokens (sent as min_tokens)")
     logit_bias: dict[Short, Annotated[float, Field(ge=-100, le=100)]] | None = Field(None, max_length=300)
     user: Annotated[str, StringConstraints(max_length=512)] | None = None
     metadata: (
@@ -128,6 +122,9 @@ class Sampling(Body):
     ) = Field(None, max_length=16)
     store: bool | None = None
     service_tier: Short | None = None
+    # -- structured outputs (structured.py): vLLM's extension and OpenAI's response_format ----------
+    structured_outputs: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
     _stop = field_validator("stop", mode="plain")(check_stop)
 
@@ -137,14 +134,21 @@ class Sampling(Body):
 
     def refuse_common(self) -> None:
         """The refusals both endpoints share (400 naming the fix)."""
-        if self.n not in (None, 1):
-            raise bad_request(
-                f"n = {self.n} is not supported - send n = 1 (repeat the request for more)", "n"
-            )
         if self.logit_bias:
             raise bad_request("logit_bias is not supported by this server - leave it out", "logit_bias")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream: true", "stream_options")
+
+    def min_tokens_for(self, max_tokens: int) -> int:
+        """The engine's min_tokens: ignore_eos runs to max_tokens (the end ids cannot be chosen before)."""
+        if self.ignore_eos:
+            return max_tokens
+        if self.min_tokens and self.min_tokens > max_tokens:
+            raise bad_request(
+                f"min_tokens = {self.min_tokens} is above max_tokens {max_tokens} - send at most max_tokens",
+                "min_tokens",
+            )
+        return self.min_tokens or 0
 
     @property
     def include_usage(self) -> bool:
@@ -153,7 +157,7 @@ class Sampling(Body):
 
 class CompletionRequest(Sampling):
     prompt: Any
-    logprobs: int | None = Field(None, ge=0, le=5)
+    logprobs: int | None = Field(None, ge=0, le=20)  # OpenAI takes 5, vLLM 20 (its max_logprobs)
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=20)
@@ -168,29 +172,29 @@ class CompletionRequest(Sampling):
             )
         if self.suffix:
             raise bad_request("suffix is not supported (no fill-in-the-middle) - leave it out", "suffix")
-        if self.echo:
-            raise bad_request("echo is not supported - leave it out and prepend the prompt yourself", "echo")
-        if self.logprobs:
+        if self.echo and self.logprobs is not None:
             raise bad_request(
-                f"logprobs = {self.logprobs} asks for alternatives: the engine returns only the sampled "
-                "token's log probability - send logprobs 0",
-                "logprobs",
+                "echo with logprobs asks for the prompt's log probabilities, which the engines do not "
+                "return - leave out echo or logprobs",
+                "echo",
             )
 
-    def single_prompt(self) -> str | list[int]:
-        """The one prompt (text or token ids); a batch of several is refused (send them as requests)."""
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts (text or token ids): one, or a batch; each answered with n choices."""
         p = self.prompt
-        if isinstance(p, list) and p and isinstance(p[0], str | list):
-            if len(p) != 1:
-                raise bad_request(
-                    f"prompt holds {len(p)} prompts; this server answers one prompt per request - "
-                    "send them as separate requests",
-                    "prompt",
-                )
-            p = p[0]
-        if not p:
-            raise bad_request("prompt is empty - send some text", "prompt")
-        return p
+        batch = p if isinstance(p, list) and p and isinstance(p[0], str | list) else [p]
+        for i, one in enumerate(batch):
+            if not one:
+                where = "" if len(batch) == 1 else f"[{i}]"
+                raise bad_request(f"prompt{where} is empty - send some text", "prompt")
+        choices = len(batch) * (self.n or 1)
+        if choices > MAX_CHOICES:
+            raise bad_request(
+                f"{len(batch)} prompts x n = {self.n or 1} ask for {choices} choices; at most {MAX_CHOICES} "
+                "are answered per request - send fewer prompts or a smaller n",
+                "n" if len(batch) == 1 else "prompt",
+            )
+        return batch
 
 
 def check_content(value: Any) -> Any:
@@ -255,33 +259,22 @@ class ChatCompletionRequest(Sampling):
     functions: Annotated[list[Any], Field(max_length=128)] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     modalities: Annotated[list[Short], Field(max_length=4)] | None = None
 
     def refuse(self) -> None:
         self.refuse_common()
         for i, message in enumerate(self.messages):
             message.refuse(i)
-        for name in ("tools", "functions", "tool_choice", "function_call"):
+        for name in ("functions", "function_call"):  # (tools and tool_choice: tools.py)
             value = getattr(self, name)
             if value and value != "none":
                 raise bad_request(
-                    f"{name} is not supported by this server (no tool calling) - leave it out", name
+                    f"{name} is OpenAI's deprecated form - send tools and tool_choice instead", name
                 )
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise bad_request(
-                f"response_format {self.response_format.get('type')!r} is not supported - "
-                "leave it out (plain text)",
-                "response_format",
-            )
         if self.modalities and self.modalities != ["text"]:
             raise bad_request("only the text modality is served - leave modalities out", "modalities")
-        if self.top_logprobs:
-            raise bad_request(
-                f"top_logprobs = {self.top_logprobs} asks for alternatives: the engine returns only the "
-                "sampled token's log probability - send top_logprobs 0 or leave it out",
-                "top_logprobs",
-            )
+        if self.top_logprobs and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true - send both", "top_logprobs")
         if self.max_tokens is not None and self.max_completion_tokens is not None:
             if self.max_tokens != self.max_completion_tokens:
                 raise bad_request(
@@ -300,111 +293,3 @@ def model_mismatch(asked: str, served: str) -> ApiError:
         code="model_not_found",
         param="model",
     )
-
-
-# -- the body before the models: media type, UTF-8, strict JSON ------------------------------------
-MAX_DEPTH = 32  # nesting of arrays and objects; OpenAI's bodies need 5 (a tool's JSON schema a few more)
-_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # a \uD800-\uDFFF escape: a pair, or a lone surrogate
-
-
-def check_media_type(values: list[str]) -> None:
-    """415 unless the one Content-Type is application/json (charset utf-8 allowed), so that a web page
-    cannot drive a local gateway with a 'simple' request (text/plain, a form) that skips CORS' preflight."""
-    got = values[0] if len(values) == 1 else (", ".join(values) or None)
-    media, _, params = (got or "").partition(";")
-    ok = len(values) == 1 and media.strip().lower() == "application/json"
-    for param in filter(None, (p.strip() for p in params.split(";"))):
-        name, _, value = param.partition("=")
-        ok = (
-            ok and name.strip().lower() == "charset" and value.strip().strip('"').lower() in ("utf-8", "utf8")
-        )
-    if not ok:
-        raise ApiError(
-            415,
-            f"Content-Type {got!r} is not accepted - send the body as JSON with "
-            "'Content-Type: application/json'",
-            code="unsupported_media_type",
-            param="Content-Type",
-        )
-
-
-class _NotJson(ValueError):
-    pass
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _NotJson(f"the key {dup!r} appears twice in one object")
-    return obj
-
-
-def _constant(name: str) -> Any:
-    raise _NotJson(f"{name} is not a JSON value (numbers are finite)")
-
-
-def _walk(obj: Any, surrogates: bool) -> None:
-    """Refuse nesting deeper than MAX_DEPTH and (when `surrogates`) strings that are not UTF-8."""
-    level: list[Any] = [obj]
-    for _ in range(MAX_DEPTH + 1):
-        below: list[Any] = []
-        for item in level:
-            values = item.values() if isinstance(item, dict) else item
-            if surrogates and isinstance(item, dict):
-                values = [*item, *values]
-            for v in values:
-                if isinstance(v, list | dict):
-                    below.append(v)
-                elif surrogates and isinstance(v, str):
-                    try:
-                        v.encode("utf-8")
-                    except UnicodeEncodeError:
-                        raise _NotJson("a string holds a lone surrogate (\\ud800-\\udfff)") from None
-        if not below:
-            return
-        level = below
-    raise _NotJson(f"it is nested deeper than {MAX_DEPTH} levels")
-
-
-def read_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object: UTF-8, strict JSON (no NaN / Infinity, no duplicate keys, at most
-    MAX_DEPTH levels, no lone surrogates); anything else is a 400 `invalid_json`."""
-    if not raw.strip():
-        raise bad_request("The request body is empty - send a JSON object", code="invalid_json")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise bad_request(
-            f"The request body is not valid UTF-8 (at byte {exc.start}) - send JSON encoded as UTF-8",
-            code="invalid_json",
-        ) from None
-    try:
-        obj = json.loads(text, object_pairs_hook=_object, parse_constant=_constant)
-        surrogates = _SURROGATE.search(text) is not None
-        if surrogates or text.count("[") + text.count("{") > MAX_DEPTH:
-            _walk(obj, surrogates)
-    except RecursionError:
-        raise bad_request(
-            f"The request body is not valid JSON (it is nested deeper than {MAX_DEPTH} levels)",
-            code="invalid_json",
-        ) from None
-    except ValueError as exc:  # JSONDecodeError, _NotJson, an integer of more than 4300 digits
-        raise bad_request(
-            f"The request body is not valid JSON ({exc}) - send a JSON object", code="invalid_json"
-        ) from None
-    if not isinstance(obj, dict):
-        raise bad_request(f"The request body must be a JSON object, not {_kind(obj)}", code="invalid_json")
-    return obj
-
-
-def parse_body(raw: bytes, model: type[Body]) -> Any:
-    """The request model from the body's bytes (400 in OpenAI's shape naming the field)."""
-    from pydantic import ValidationError
-
-    obj = read_json(raw)
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        raise from_validation(exc) from None

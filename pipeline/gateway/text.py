@@ -38,9 +38,15 @@ class TextCodec:
             return self.backend.encode(text, add_special_tokens=True).ids
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Chat messages through the tokenizer's chat template (or serving.openai.chat_template), with the
-        assistant's turn opened; the template writes the special tokens itself."""
+    def encode_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Chat messages (and the tools, when given) through the tokenizer's chat template (or
+        serving.openai.chat_template), with the assistant's turn opened (add_generation_prompt); the
+        template writes the special tokens itself."""
         if self.template_missing:
             raise bad_request(
                 "The served model's tokenizer has no chat template - use /v1/completions, or set "
@@ -50,7 +56,11 @@ class TextCodec:
             )
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, chat_template=self.template
+                messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                chat_template=self.template,
             )
         except Exception as exc:  # the template's own raise_exception(), a bad role order, ...
             raise bad_request(f"The chat template refused these messages: {exc}", "messages") from None

@@ -32,7 +32,19 @@ CHANNEL_OPTIONS = [
 ]
 
 
-WANTED = ("output_ids", "num_input_tokens", "output_log_probs")
+WANTED = ("output_ids", "num_input_tokens", "output_log_probs", "top_log_probs", "top_log_prob_ids")
+# LPX's extension of its python models' `tensorrt_llm` (pipeline/runtime/tensors.py): k alternatives per
+# generated token, asked with TOP_INPUT = k and returned as [1, tokens, k] log probs and ids
+TOP_INPUT = "top_log_probs_k"
+TOP_OUTPUTS = ("top_log_probs", "top_log_prob_ids")
+
+
+def _raw(dtype: str, value: Any) -> bytes:
+    """One element as Triton's raw input bytes (BYTES: a little-endian uint32 length, then the bytes)."""
+    if dtype == "BYTES":
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return struct.pack("<I", len(data)) + data
+    return struct.pack(PACK[dtype], value)
 
 
 class EngineError(Exception):
@@ -54,10 +66,20 @@ class ModelInfo:
     max_seq_len: int = 0
     max_tokens_cap: int = 0
     params: dict[str, dict[str, str]] = field(default_factory=dict)
+    backend: str = ""  # the model config's backend ("python": LPX's torch / llmapi models)
 
     @property
     def log_probs(self) -> bool:
         return "output_log_probs" in self.outputs and "return_log_probs" in self.inputs
+
+    @property
+    def top_log_probs(self) -> bool:
+        return TOP_INPUT in self.inputs and all(name in self.outputs for name in TOP_OUTPUTS)
+
+    @property
+    def target(self) -> str:
+        """The served target in words, for messages."""
+        return "the engine target's C++ backend" if self.backend == "tensorrtllm" else self.backend or "?"
 
 
 @dataclass
@@ -68,6 +90,7 @@ class Delta:
     final: bool
     logprobs: list[float] | None = None
     num_input_tokens: int | None = None
+    top: list[list[tuple[int, float]]] | None = None  # per token: k (id, log prob), best first
 
 
 def _params(config: dict[str, Any]) -> dict[str, str]:
@@ -161,10 +184,13 @@ class Triton:
                     max_seq_len=pick("max_seq_len"),
                     max_tokens_cap=pick("max_tokens_cap"),
                     params=params,
+                    backend=str(config.get("backend") or ""),
                 )
                 for key, value in (overrides or {}).items():
+                    # the gateway's own limits may only lower the engine's: it cannot serve past them
                     if value:
-                        setattr(info, key, int(value))
+                        current = getattr(info, key)
+                        setattr(info, key, min(int(value), current) if current else int(value))
                 self._info = info
         return self._info
 
@@ -179,10 +205,14 @@ class Triton:
             if dtype is None or value is None:
                 continue
             req.inputs.add(name=name, datatype=dtype, shape=[1, 1])
-            req.raw_input_contents.append(struct.pack(PACK[dtype], value))
+            req.raw_input_contents.append(_raw(dtype, value))
         # only the outputs read here (an engine's other outputs would be sent and parsed for nothing)
         for name in WANTED:
-            if name in info.outputs and (name != "output_log_probs" or values.get("return_log_probs")):
+            if name == "output_log_probs" and not values.get("return_log_probs"):
+                continue
+            if name in TOP_OUTPUTS and not values.get(TOP_INPUT):
+                continue
+            if name in info.outputs:
                 req.outputs.add(name=name)
         # the final flag always comes, also after an engine's empty final response (a cancelled request)
         req.parameters["triton_enable_empty_final_response"].bool_param = True
@@ -230,7 +260,7 @@ def _invalid(message: str) -> bool:
 
 def _delta(resp: Any) -> Delta:
     ids: list[int] = []
-    logprobs = None
+    logprobs = top_lp = top_ids = None
     n_in = None
     for i, out in enumerate(resp.outputs):
         name = out.name
@@ -238,13 +268,23 @@ def _delta(resp: Any) -> Delta:
             ids = memoryview(resp.raw_output_contents[i]).cast("i").tolist()
         elif name == "output_log_probs":
             logprobs = memoryview(resp.raw_output_contents[i]).cast("f").tolist()
+        elif name == "top_log_probs":
+            top_lp = (memoryview(resp.raw_output_contents[i]).cast("f").tolist(), out.shape[-1])
+        elif name == "top_log_prob_ids":
+            top_ids = memoryview(resp.raw_output_contents[i]).cast("i").tolist()
         elif name == "num_input_tokens":
             raw = resp.raw_output_contents[i]
             n_in = int.from_bytes(raw[:4], "little", signed=True) if len(raw) >= 4 else None
     final = resp.parameters["triton_final_response"].bool_param
     if logprobs is not None and len(logprobs) > len(ids):
         logprobs = logprobs[-len(ids) :] if ids else []  # cumulative on some engines: the new tokens' tail
-    return Delta(ids, final, logprobs, n_in)
+    top = None
+    if top_lp is not None and top_ids is not None and top_lp[1]:
+        values, k = top_lp
+        top = [
+            list(zip(top_ids[j : j + k], values[j : j + k], strict=True)) for j in range(0, len(values), k)
+        ]
+    return Delta(ids, final, logprobs, n_in, top)
 
 
 def _first_line(exc: BaseException) -> str:

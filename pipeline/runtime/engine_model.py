@@ -33,12 +33,14 @@ from typing import Any
 import numpy as np
 
 from .model_args import cancelled, eos_ids_in, model_params, triton_error
-from .tensors import TRTLLM_IO
+from .tensors import LPX_TRTLLM, TRTLLM_IO
 from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
 
 # Every input of upstream's `tensorrt_llm` model: LPX's python models declare them all, read what their
 # engine honours and refuse (validate.py) a non-default value of the rest.
-ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"])
+ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"]) + tuple(
+    s.name for s in LPX_TRTLLM if s.io == "in"
+)
 # Honoured here for every engine: counts and timestamps the model itself measures.
 MODEL_FEATURES = frozenset({"return_num_input_tokens", "return_perf_metrics"})
 # Engine option -> the request input it comes from (passed to submit() only when the engine honours it)
@@ -48,7 +50,11 @@ ENGINE_OPTIONS = (
     "frequency_penalty",
     "min_tokens",
     "return_log_probs",
+    "top_log_probs_k",
 )
+
+# Upstream's guided-decoding inputs (strings), passed to submit() when the engine honours them
+GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
 
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
 
@@ -87,6 +93,20 @@ def scalar(request, name: str, default, kind=int):
     return default if tensor is None else kind(tensor.as_numpy().reshape(-1)[0])
 
 
+def guide_options(request, supported: frozenset[str]) -> dict[str, str]:
+    """The request's guided-decoding inputs as text (empty ones left out), for an engine that honours
+    them (validate.py has refused them already for one that does not)."""
+    out = {}
+    for name in GUIDE_INPUTS:
+        tensor = _pb().get_input_tensor_by_name(request, name) if name in supported else None
+        flat = tensor.as_numpy().reshape(-1) if tensor is not None else ()
+        value = flat[0] if len(flat) else b""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        if text:
+            out[name] = text
+    return out
+
+
 def words(request, name: str) -> list[list[int]]:
     """[2, n] TensorRT-LLM word list (ids row, end-offsets row, -1 padded) -> list of id sequences."""
     tensor = _pb().get_input_tensor_by_name(request, name)
@@ -117,6 +137,14 @@ def ready(tokenizer, pending: list[int], final: bool) -> bool:
     return len(pending) >= MAX_HOLD or not tokenizer.decode(pending, skip_special_tokens=False).endswith(
         "\ufffd"
     )
+
+
+def top_tensors(top: list[tuple[list[int], list[float]]]) -> dict[str, np.ndarray]:
+    """Per token (ids, log probs) of its k best -> top_log_probs / top_log_prob_ids [1, 1, tokens, k]."""
+    k = min((len(ids) for ids, _ in top), default=0)
+    ids = np.array([i[:k] for i, _ in top], dtype=np.int32).reshape(1, 1, len(top), k)
+    values = np.array([v[:k] for _, v in top], dtype=np.float32).reshape(1, 1, len(top), k)
+    return {"top_log_probs": values, "top_log_prob_ids": ids}
 
 
 def stop_at(tokens: list[int], first_new: int, stops: list[list[int]]) -> int | None:
@@ -223,7 +251,7 @@ class GenerationModel:
             if name in limits.supported
             and (value := scalar(request, name, None, type(FEATURE_DEFAULTS[name]))) is not None
             and value != FEATURE_DEFAULTS[name]
-        }
+        } | guide_options(request, limits.supported)
         return {
             "input_ids": [int(t) for t in ids[:length]],
             "max_new_tokens": scalar(request, "request_output_len", 0),
@@ -317,11 +345,13 @@ class GenerationModel:
         self._send(sender, tokens[sent:], True, job, logprobs=self._logprobs(stream, sent, len(tokens)))
 
     @staticmethod
-    def _logprobs(stream, start: int, end: int) -> tuple[list[float], float] | None:
-        """(log probs of tokens[start:end], their sum over tokens[:end]) if the request asked for them."""
+    def _logprobs(stream, start: int, end: int) -> tuple[list[float], float, list | None] | None:
+        """(log probs of tokens[start:end], their sum over tokens[:end], their top-k alternatives or None)
+        if the request asked for them."""
         if stream.logprobs is None:
             return None
-        return stream.logprobs[start:end], float(sum(stream.logprobs[:end]))
+        top = None if stream.top is None else stream.top[start:end]
+        return stream.logprobs[start:end], float(sum(stream.logprobs[:end])), top
 
     @staticmethod
     def _send(
@@ -330,16 +360,18 @@ class GenerationModel:
         final: bool,
         job: dict,
         generated: int | None = None,
-        logprobs: tuple[list[float], float] | None = None,
+        logprobs: tuple[list[float], float, list | None] | None = None,
     ) -> None:
         """One response: the tokens, their count, (output_log_probs, cum_log_probs) when asked, and on the
         final one num_input_tokens and the perf-metric timestamps."""
         pb = _pb()
         extra = {}
         if logprobs is not None:
-            values, total = logprobs
+            values, total, top = logprobs
             extra["output_log_probs"] = np.array(values, dtype=np.float32).reshape(1, 1, len(values))
             extra["cum_log_probs"] = np.array([[total]], dtype=np.float32)
+            if top is not None:
+                extra.update(top_tensors(top))
         if final and job["count_input"]:
             extra["num_input_tokens"] = np.array([[len(job["input_ids"])]], dtype=np.int32)
         if final and job["perf"] is not None:

@@ -193,6 +193,15 @@ def trtllm_specs(version: str, io: str, dtypes: dict[str, str]) -> list[Spec]:
 # LPX's own `tensorrt_llm` python models (torch and llmapi targets) declare every input and output of
 # upstream's latest one, so the ensemble passes the whole request language through.
 TENSORS += [*trtllm_specs("latest", "in", DEFAULT_DTYPES), *trtllm_specs("latest", "out", DEFAULT_DTYPES)]
+# LPX's extension of them (not upstream's): the k most likely tokens per generated token and their log
+# probs, asked with top_log_probs_k (with return_log_probs), returned as [beams, tokens, k]; the
+# OpenAI gateway's top_logprobs (pipeline/gateway/triton.py). The engine target's C++ model lacks them.
+LPX_TRTLLM = [
+    Spec("tensorrt_llm", "in", "top_log_probs_k", I32, ONE, True, ()),
+    Spec("tensorrt_llm", "out", "top_log_probs", F32, (-1, -1, -1)),
+    Spec("tensorrt_llm", "out", "top_log_prob_ids", I32, (-1, -1, -1)),
+]
+TENSORS += LPX_TRTLLM
 
 # LPX's addition to upstream's preprocessing: the request's scalar sampling inputs, under their ensemble
 # names, read only to validate them (pipeline/runtime/validate.py) before any engine work - the ensemble

@@ -74,6 +74,7 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "frequency_penalty": 0.0,
     "min_tokens": 0,
     "return_log_probs": False,
+    "top_log_probs_k": 0,  # LPX's extension (tensors.LPX_TRTLLM): alternatives per token
     "return_context_logits": False,
     "return_generation_logits": False,
     "return_perf_metrics": False,
@@ -114,6 +115,8 @@ FIXES = {  # what to do instead, per feature a target may lack
     "guided_decoding_guide_type": "leave out guided decoding, or serve the `llmapi` target with a guided-decoding backend",
     "guided_decoding_guide": "leave out guided decoding, or serve the `llmapi` target with a guided-decoding backend",
     "decoder_text_input": "send the prompt as text_input: LPX serves decoder-only models",
+    "top_log_probs_k": "send 0: this target returns only the sampled token's log prob (serve the torch "
+    "or llmapi target for alternatives)",
     "return_context_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
     "return_generation_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
 }
@@ -237,6 +240,9 @@ def check_max_tokens(sent: str, value: Any, limits: Limits, n_prompt: int | None
     return int(v)
 
 
+MAX_TOP_LOG_PROBS = 20  # top_log_probs_k: OpenAI's top_logprobs bound
+
+
 def check(values: Mapping[str, Any], limits: Limits, n_prompt: int | None = None) -> None:
     """Refuse the first bad input of one request with a RequestError. `values`: input name (ensemble or
     tensorrt_llm spelling) -> the sent tensor or value; absent inputs may be missing or None."""
@@ -289,7 +295,7 @@ def _check_sampling(get: Any, limits: Limits) -> None:
 
 
 def _check_counts(get: Any, limits: Limits, max_tokens: int | None) -> None:
-    """min_tokens, beams, returned sequences, the seed and the end / pad ids."""
+    """min_tokens, beams, returned sequences, top_log_probs_k, the seed and the end / pad ids."""
     sent, v = get("min_tokens")
     if v is not None:
         m = _finite(sent, v)
@@ -309,6 +315,10 @@ def _check_counts(get: Any, limits: Limits, max_tokens: int | None) -> None:
                     f"{sent} {_show(n)} is above the engine's max_beam_width {limits.max_beam_width} - "
                     f"send beam_width <= {limits.max_beam_width}"
                 )
+    sent, v = get("top_log_probs_k")
+    if v is not None:
+        k = _integer(sent, v)
+        _range(sent, k, 0, MAX_TOP_LOG_PROBS, f"0..{MAX_TOP_LOG_PROBS}", "send at most 20 alternatives")
     sent, v = get("seed")
     if v is not None:
         seed = _integer(sent, v)

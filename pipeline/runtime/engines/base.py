@@ -18,15 +18,17 @@ DONE = object()  # queue sentinel: the request ended without a final output (can
 class DeltaStream:
     """Token deltas of one request. Iterate it; `finished` turns true with the last delta.
 
-    The engine's thread puts on `queue`: (every token generated so far, finished[, their log probs])
-    tuples, an Exception (raised to the reader), or DONE. `tokens` holds everything read so far, and
-    `logprobs` their log probs when the request asked for them (else None)."""
+    The engine's thread puts on `queue`: (every token generated so far, finished[, their log probs[,
+    their top-k alternatives]]) tuples, an Exception (raised to the reader), or DONE. `tokens` holds
+    everything read so far, `logprobs` their log probs when the request asked for them (else None), and
+    `top` per token the k best (ids, log probs) when it asked for alternatives (else None)."""
 
     def __init__(self, request_id: str, on_cancel: Callable[[DeltaStream], None]) -> None:
         self.request_id = request_id
         self.finished = False
         self.tokens: list[int] = []
         self.logprobs: list[float] | None = None
+        self.top: list[tuple[list[int], list[float]]] | None = None
         self.queue: queue.Queue = queue.Queue()
         self.result: Any = None  # the engine's own handle of the request (llmapi: the result to abort)
         self._on_cancel = on_cancel
@@ -47,6 +49,8 @@ class DeltaStream:
         generated, done, *logprobs = item
         if logprobs and self.logprobs is not None:
             self.logprobs = list(logprobs[0])
+        if len(logprobs) > 1 and logprobs[1] is not None and self.top is not None:
+            self.top = list(logprobs[1])
         delta = generated[len(self.tokens) :]
         self.tokens = list(generated)
         self.finished = done

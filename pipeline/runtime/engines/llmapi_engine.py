@@ -76,6 +76,20 @@ def token_logprobs(output: Any) -> list[float]:
     return out
 
 
+def top_logprobs(output: Any, k: int) -> list[tuple[list[int], list[float]]]:
+    """Per output token its k best (ids, log probs), best first, from a CompletionOutput asked with
+    logprobs=k: each entry a {token id: Logprob} dict holding the top k (and the sampled token)."""
+    out = []
+    for entry in output.logprobs or []:
+        pairs = (
+            sorted(((int(t), float(getattr(v, "logprob", v))) for t, v in entry.items()), key=lambda x: -x[1])
+            if isinstance(entry, dict)
+            else []
+        )[:k]
+        out.append(([t for t, _ in pairs], [v for _, v in pairs]))
+    return out
+
+
 async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any) -> None:
     """Runs on the engine's loop: feed `stream` from generate_async's streamed results (kept on
     `stream.result` for abort)."""
@@ -86,6 +100,8 @@ async def pump(stream: DeltaStream, llm: Any, input_ids: list[int], params: Any)
             item = (list(output.token_ids), bool(step.finished))
             if stream.logprobs is not None:
                 item += (token_logprobs(output),)
+                if stream.top is not None:
+                    item += (top_logprobs(output, stream.top_k),)
             stream.queue.put(item)
         stream.queue.put(DONE)
     except asyncio.CancelledError:  # the engine is closing
@@ -107,9 +123,17 @@ class LlmApiEngine(Engine):
 
     TARGET = "llmapi"
     # SamplingParams fields of the same name (tests/contracts/trtllm_llmapi_python.json)
-    # (return_log_probs: SamplingParams.logprobs=1, the sampled token's log prob per output token)
+    # (return_log_probs: SamplingParams.logprobs=1, the sampled token's log prob per output token;
+    # top_log_probs_k: logprobs=k, the k best per token; seed: SamplingParams.seed)
     SUPPORTED = frozenset(
-        {"repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens", "return_log_probs"}
+        {
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "min_tokens",
+            "return_log_probs",
+            "top_log_probs_k",
+        }
     )
 
     def __init__(self, folder: Path) -> None:
@@ -153,6 +177,7 @@ class LlmApiEngine(Engine):
             )
         options = dict(request.options)
         want_logprobs = bool(options.pop("return_log_probs", False))
+        top_k = int(options.pop("top_log_probs_k", 0)) if want_logprobs else 0
         params = self._sampling(
             max_tokens=request.max_new_tokens,
             end_id=end_ids[0],
@@ -161,7 +186,7 @@ class LlmApiEngine(Engine):
             include_stop_str_in_output=True,
             detokenize=False,
             seed=request.seed,
-            **({"logprobs": 1} if want_logprobs else {}),
+            **({"logprobs": max(1, top_k)} if want_logprobs else {}),
             **options,
             **{
                 k: v
@@ -172,6 +197,8 @@ class LlmApiEngine(Engine):
         stream = DeltaStream(f"lpx-{next(self._ids)}", self.cancel)
         if want_logprobs:
             stream.logprobs = []
+            if top_k:
+                stream.top, stream.top_k = [], top_k
         asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
         return stream
 

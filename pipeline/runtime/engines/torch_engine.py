@@ -20,6 +20,9 @@ from typing import Any
 
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
+from .grammar import OPTIONS as GUIDE_OPTIONS
+from .grammar import Grammars
+from .grammar import install as install_grammar
 from .torch_processors import OPTION_TYPES, install
 from .torch_stats import TorchStats
 
@@ -113,18 +116,25 @@ class TorchEngine(Engine):
 
     TARGET = "torch"
     # torch_processors.py: TensorRT-LLM's penalties, min_tokens and log probs, per request
-    SUPPORTED = frozenset(OPTION_TYPES)
+    SUPPORTED = frozenset(OPTION_TYPES) | frozenset(GUIDE_OPTIONS)
 
     def __init__(
-        self, engine_dir: Path, device: str | None = None, seed: int = 0, batch_invariant: bool = True
+        self,
+        engine_dir: Path,
+        device: str | None = None,
+        seed: int = 0,
+        batch_invariant: bool = True,
+        tokenizer_dir: Path | None = None,
     ) -> None:
         """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
         scripts/bench_engine.py), else the CPU. batch_invariant: attention per request, so a request's
         tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
-        `paged|sdpa`, faster but 1-2 ulps batch-dependent."""
+        `paged|sdpa`, faster but 1-2 ulps batch-dependent. tokenizer_dir: the tokenizer guided decoding
+        compiles grammars for (default: the engine folder, which holds it)."""
         import torch
 
         self.engine_dir = Path(engine_dir)
+        self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else self.engine_dir
         self.meta = read_meta(self.engine_dir)
         self.max_input_len, self.max_seq_len = int(self.meta["max_input_len"]), int(self.meta["max_seq_len"])
         self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
@@ -139,6 +149,8 @@ class TorchEngine(Engine):
         num_blocks, block = self._init_batching(seed)
         _exact_top1(self._manager)
         self._logprobs = install(self._manager)
+        self._grammar = install_grammar(self._manager)  # its compiler is made with the first guided request
+        self._grammar_lock = threading.Lock()
         self._stats = TorchStats(self._manager, self.model, self.meta["max_batch_size"], num_blocks, block)
         self._streams: dict[str, DeltaStream] = {}
         self._lock = threading.Lock()
@@ -186,6 +198,23 @@ class TorchEngine(Engine):
         )
         return num_blocks, block
 
+    def grammars(self) -> Grammars:
+        """The grammar compiler for this model's tokenizer (grammar.py), made with the first guided
+        request: the tokenizer's vocabulary is read only when a request needs it."""
+        with self._grammar_lock:
+            if self._grammar.grammars is None:
+                from transformers import AutoTokenizer
+
+                try:
+                    tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
+                except Exception as exc:
+                    raise LpxError(
+                        f"guided decoding needs the tokenizer, not readable in {self.tokenizer_dir} ({exc}) - "
+                        "set the model's tokenizer_dir parameter"
+                    ) from None
+                self._grammar.grammars = Grammars(tokenizer, self.vocab_size, self.default_end_ids)
+            return self._grammar.grammars
+
     def sampling(self, temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
         """Per-request processor kwargs with TensorRT-LLM's meaning: greedy when temperature is 0,
         top_k is 1, or neither top_k nor top_p is set (both <= 0); top_k <= 0 means no top-k limit."""
@@ -202,17 +231,26 @@ class TorchEngine(Engine):
                 "restart the server; its log has the cause"
             )
 
+    @staticmethod
+    def seeded(seed: int | None) -> dict[str, int]:
+        """The processor kwarg of a seeded request: its tokens are drawn from its own generator
+        (torch_sampling.py), so the same seed and parameters give the same text."""
+        return {} if seed is None else {"seed": int(seed) % (1 << 64)}
+
     def start(self, request: Request) -> DeltaStream:
-        """Add the request to the running batch. `seed` is accepted for interface parity but sampling uses
-        the engine-wide generator (transformers has no per-request seed). Options (SUPPORTED) go to LPX's
-        processors (torch_processors.py); with return_log_probs the stream's `logprobs` fill in."""
+        """Add the request to the running batch. A seed draws its tokens from the request's own generator
+        (torch_sampling.py). Options (SUPPORTED) go to LPX's processors (torch_processors.py); with
+        return_log_probs the stream's `logprobs` fill in (and `top`, with top_log_probs_k)."""
         bad = [t for t in request.input_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise LpxError(f"Token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         stream = DeltaStream(f"lpx-{next(self._ids)}", lambda s: self.cancel(s.request_id))
-        options = {name: OPTION_TYPES[name](value) for name, value in request.options.items()}
+        options = {n: OPTION_TYPES[n](v) for n, v in request.options.items() if n not in GUIDE_OPTIONS}
+        self._guide(stream.request_id, request.options)
         if options.get("return_log_probs"):
             stream.logprobs = []
+            if options.get("top_log_probs_k"):
+                stream.top = []
         with self._lock:
             self._streams[stream.request_id] = stream
         self._manager.add_request(
@@ -223,8 +261,25 @@ class TorchEngine(Engine):
             eos_token_id=request.end_ids or self.default_end_ids,
             **self.sampling(request.temperature, request.top_k, request.top_p),
             **options,
+            **self.seeded(request.seed),
         )
         return stream
+
+    def _guide(self, request_id: str, options: dict) -> None:
+        """A guided request (guided_decoding_guide_type / _guide, upstream's inputs): its grammar compiled
+        and registered before the request joins the batch (grammar.py); an invalid guide is refused."""
+        guide_type = options.get("guided_decoding_guide_type")
+        if not guide_type:
+            if options.get("guided_decoding_guide"):
+                raise LpxError("guided_decoding_guide needs guided_decoding_guide_type - send both")
+            return
+        if int(options.get("min_tokens") or 0) > 0:
+            raise LpxError(
+                "min_tokens cannot be combined with guided decoding: a complete answer's grammar allows only "
+                "the end id, which min_tokens forbids - leave min_tokens out"
+            )
+        compiled = self.grammars().compile(str(guide_type), str(options.get("guided_decoding_guide") or ""))
+        self._grammar.add(request_id, compiled)
 
     def iteration_stats(self) -> dict[str, Any]:
         """The engine's state now as TensorRT-LLM's IterationStats (torch_stats.py says what each field is)."""
@@ -237,6 +292,7 @@ class TorchEngine(Engine):
         if stream is not None:
             self._manager.cancel_request(request_id)
             self._logprobs.forget(request_id)
+            self._grammar.forget(request_id)
             stream.queue.put(DONE)
 
     def _dispatch(self) -> None:
@@ -247,7 +303,10 @@ class TorchEngine(Engine):
                     self._fail_all(RuntimeError(f"torch engine stopped: {self._manager.fatal_error}"))
                     return
                 continue
-            finished = out.is_finished() or out.error is not None
+            desync = self._grammar.failure(out.request_id)
+            finished = out.is_finished() or out.error is not None or desync is not None
+            if desync is not None and not out.is_finished():
+                self._manager.cancel_request(out.request_id)
             with self._lock:
                 stream = self._streams.get(out.request_id)
                 if stream is not None and finished:
@@ -256,13 +315,17 @@ class TorchEngine(Engine):
                 item = None
             elif out.error is not None:
                 item = RuntimeError(f"generation failed: {out.error}")
+            elif desync is not None:
+                item = RuntimeError(f"guided decoding failed: {desync} - a bug; the server log has it")
             elif stream.logprobs is not None:
                 logprobs = self._logprobs.take(out.request_id, list(out.logprobs))
-                item = (list(out.generated_tokens), finished, logprobs)
+                top = self._logprobs.take_top(out.request_id, len(logprobs))
+                item = (list(out.generated_tokens), finished, logprobs, top)
             else:
                 item = (list(out.generated_tokens), finished)
             if finished:
                 self._logprobs.forget(out.request_id)
+                self._grammar.forget(out.request_id)
             if item is not None:
                 stream.queue.put(item)
 

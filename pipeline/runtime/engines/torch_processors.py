@@ -1,6 +1,6 @@
 """Per-request logits processors LPX adds to transformers' continuous batching (torch target) for what
 TensorRT-LLM's requests carry and transformers' per-request processors lack: repetition, presence and
-frequency penalties, min_tokens, and log probs of the sampled tokens.
+frequency penalties, min_tokens, log probs of the sampled tokens and the top-k alternatives per token.
 
 Semantics follow TensorRT-LLM's sampling config (docs/requests.md):
 - repetition_penalty p (> 0, 1 = off): a token already in the sequence (prompt and generated) has its
@@ -11,7 +11,9 @@ Semantics follow TensorRT-LLM's sampling config (docs/requests.md):
 - applied after temperature and before top-k / top-p, as TensorRT-LLM's penalty kernel does;
 - log probs (return_log_probs): of each sampled token under the distribution after temperature and
   penalties, before top-k / top-p truncation (so a greedy request reports the model's own log
-  probability of its token, not log 1).
+  probability of its token, not log 1);
+- top_log_probs_k k (with return_log_probs): the k most likely tokens of that same distribution and
+  their log probs, best first (exact ties in torch.topk's order, which is not promised across devices).
 
 How: `Penalties` sits right after the temperature warper. For the rows of the batch that need it, it
 counts the request's tokens ([rows, vocab] counts from the token history the scheduler keeps), applies
@@ -34,6 +36,8 @@ from transformers.generation.continuous_batching.cb_logits_processors import (
     ContinuousBatchingTemperatureLogitsWarper,
 )
 
+from .torch_sampling import generated_count, install_seeded
+
 # request option -> (type transformers checks, the value that turns it off)
 PENALTY_DEFAULTS: dict[str, Any] = {
     "repetition_penalty": 1.0,
@@ -47,13 +51,8 @@ OPTION_TYPES: dict[str, type] = {
     "frequency_penalty": float,
     "min_tokens": int,
     "return_log_probs": bool,
+    "top_log_probs_k": int,
 }
-
-
-def generated_count(state) -> int:
-    """Tokens generated so far (a soft-reset request keeps earlier ones in its prompt)."""
-    extra = len(state.initial_tokens) - state._true_initial_tokens if state._true_initial_tokens else 0
-    return extra + len(state.generated_tokens)
 
 
 class Penalties(ContinuousBatchingLogitsProcessor):
@@ -63,6 +62,7 @@ class Penalties(ContinuousBatchingLogitsProcessor):
     def __init__(self) -> None:
         self._rows: list[tuple[int, Any, dict]] = []  # (row in the batch, request state, its options)
         self.lse: dict[int, torch.Tensor] = {}  # row -> log-sum-exp of its penalized scores
+        self.top: dict[int, tuple[list[int], list[float]]] = {}  # row -> its k best (ids, log probs)
 
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.fill_(0)
@@ -115,14 +115,25 @@ class Penalties(ContinuousBatchingLogitsProcessor):
                     if ends:
                         sub[i, ends] = float("-inf")
             scores = scores.index_copy(0, index, sub)
+        self.top = {}
         for row, _, kwargs in rows:
             if kwargs.get("return_log_probs"):
                 self.lse[row] = torch.logsumexp(scores[row], dim=-1)
+                k = int(kwargs.get("top_log_probs_k", 0))
+                if k > 0:
+                    self.top[row] = top_k(scores[row], self.lse[row], k)
         return scores
 
 
+def top_k(scores: torch.Tensor, lse: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
+    """The k best tokens of one row and their log probs (scores - lse), best first."""
+    values, ids = torch.topk(scores.float(), min(k, scores.size(-1)))
+    return ids.tolist(), (values - lse.float()).tolist()
+
+
 class LogprobTail(ContinuousBatchingLogitsProcessor):
-    """Last in the list: per request id, the log of the mass top-k / top-p kept at each step."""
+    """Last in the list: the seeded rows' draws (torch_sampling.py), then per request id the log of the mass
+    top-k / top-p (and a seeded draw) kept at each step."""
 
     supported_kwargs: dict[str, type] = {}
     ignored_kwargs: tuple[str, ...] = ()
@@ -130,6 +141,8 @@ class LogprobTail(ContinuousBatchingLogitsProcessor):
     def __init__(self, head: Penalties) -> None:
         self.head = head
         self.kept: dict[str, list[float]] = {}  # request id -> log(kept mass) per generated token
+        self.top: dict[str, list[tuple[list[int], list[float]]]] = {}  # request id -> per token, k best
+        self.sampler: Any = None  # torch_sampling.SeededSampler: seeded rows' draws, run first here
 
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.fill_(0)
@@ -138,12 +151,16 @@ class LogprobTail(ContinuousBatchingLogitsProcessor):
         return torch.zeros(len(requests_with_new_token), dtype=torch.int32)
 
     def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
+        if self.sampler is not None:
+            scores = self.sampler.apply(scores)
         if self.head.lse:
             rows = [(r, s) for r, s, _ in self.head._rows if r in self.head.lse]
             final = torch.logsumexp(scores[[r for r, _ in rows]], dim=-1)
             full = torch.stack([self.head.lse[r] for r, _ in rows])
-            for (_, state), value in zip(rows, (final - full).tolist(), strict=True):
+            for (row, state), value in zip(rows, (final - full).tolist(), strict=True):
                 self.kept.setdefault(state.request_id, []).append(value)
+                if row in self.head.top:
+                    self.top.setdefault(state.request_id, []).append(self.head.top[row])
         return scores
 
     def take(self, request_id: str, logprobs: list[float]) -> list[float]:
@@ -153,8 +170,14 @@ class LogprobTail(ContinuousBatchingLogitsProcessor):
             lp + k for lp, k in zip(logprobs, kept, strict=False)
         ]  # kept may hold one more (the last step)
 
+    def take_top(self, request_id: str, n: int) -> list[tuple[list[int], list[float]]] | None:
+        """The k best (ids, log probs) of the request's first n tokens (None if it asked for none)."""
+        top = self.top.get(request_id)
+        return None if top is None else top[:n]
+
     def forget(self, request_id: str) -> None:
         self.kept.pop(request_id, None)
+        self.top.pop(request_id, None)
 
 
 def install(manager) -> LogprobTail:
@@ -173,4 +196,5 @@ def install(manager) -> LogprobTail:
     procs.tensors_required += 2
     procs._retrieve_processors_kwargs()
     procs.do_processing = True
+    tail.sampler = install_seeded(manager)
     return tail

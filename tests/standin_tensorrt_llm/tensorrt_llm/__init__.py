@@ -8,8 +8,9 @@ every SamplingParams field must exist, generate_async takes its documented keywo
 with an asyncio loop running in the calling thread (as the real one asserts), token-id prompts must be
 non-empty lists of Python ints, and skip_tokenizer_init requires an explicit end_id. It is not a
 TensorRT-LLM: behind the interface it runs transformers' model on the checkpoint folder one token at a
-time (greedy for top_k 1, seeded sampling otherwise), one request at a time. With `logprobs` it
-returns TokenLogprobs ({token id: Logprob} per output token, of the temperature-scaled distribution);
+time (greedy for top_k 1, seeded sampling otherwise), one request at a time. With `logprobs` = k it
+returns TokenLogprobs ({token id: Logprob} per output token: the k best and the sampled one, of the
+temperature-scaled distribution);
 penalties and min_tokens are accepted and not applied. With enable_iter_perf_stats, get_stats gives one
 IterationStats per step (no kvCacheStats: it has no paged cache).
 """
@@ -204,8 +205,10 @@ class LLM:
                     token = self._pick(logits, params, gen)
                     tokens.append(token)
                     if params.logprobs:
-                        scaled = logits / (params.temperature or 1.0)
-                        logprobs.append({token: Logprob(float(torch.log_softmax(scaled, -1)[token]), 1)})
+                        lps = torch.log_softmax(logits / (params.temperature or 1.0), -1)
+                        best = torch.topk(lps, int(params.logprobs)).indices.tolist()  # the k best + sampled
+                        entry = {t: Logprob(float(lps[t]), rank + 1) for rank, t in enumerate(best)}
+                        logprobs.append({**entry, token: entry.get(token) or Logprob(float(lps[token]))})
                     if token in stops:
                         reason = "stop"
                         if not params.include_stop_str_in_output and token != params.end_id:
