@@ -149,3 +149,28 @@ def assert_penalty_bites(prompt: list[int], plain: list[int], penalised: list[in
             return
         seen.add(token)
     raise AssertionError(f"the plain text repeats no token, so no penalty can change it: {plain}")
+
+
+def session_gateway(triton, root: Path, model: str, **settings: object):
+    """Generator for a module fixture: LPX's gateway process (an open one: no keys) in front of the session's
+    tritonserver `triton`, its files under `root`; yields the started process, stops it after and fails if
+    its log holds a traceback. `settings` are further GatewaySettings fields."""
+    from pipeline.gateway.process import GatewayProcess
+    from pipeline.gateway.settings import GatewaySettings
+
+    gateway = GatewaySettings(
+        triton_url=triton.grpc_url,
+        tokenizer=triton.repo / "preprocessing" / "1" / "tokenizer",
+        model_name=model,
+        port=0,
+        api_keys_file=root / "keys.json",  # no keys in it: open, as a local gateway is
+        access_log=str(root / "access.log"),
+        **settings,
+    )
+    proc = GatewayProcess(gateway, root, root / "gateway.log").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        log = (root / "gateway.log").read_text() if (root / "gateway.log").exists() else ""
+        assert "Traceback" not in log, log[-3000:]

@@ -45,26 +45,15 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(torch_triton, tmp_path_factory):
-    from pipeline.gateway.process import GatewayProcess
-    from pipeline.gateway.settings import GatewaySettings
+    from helpers_engine import session_gateway
 
     root = tmp_path_factory.mktemp("strict")
-    settings = GatewaySettings(
-        triton_url=torch_triton.grpc_url,
-        tokenizer=torch_triton.repo / "preprocessing" / "1" / "tokenizer",
-        model_name=MODEL,
-        port=0,
-        api_keys_file=root / "keys.json",  # no keys: open, as a local gateway is
-        access_log=str(root / "access.log"),
-        max_body_bytes=MAX_BODY,
-    )
-    proc = GatewayProcess(settings, root, root / "gateway.log").start()
-    gw = Gateway(proc.url, root / "gateway.log", root / "access.log")
-    try:
-        yield gw
-    finally:
-        gw.http.close()
-        proc.stop()
+    for proc in session_gateway(torch_triton, root, MODEL, max_body_bytes=MAX_BODY):
+        gw = Gateway(proc.url, root / "gateway.log", root / "access.log")
+        try:
+            yield gw
+        finally:
+            gw.http.close()
 
 
 def assert_refused(resp, status: int, param: str | None, words: str) -> None:

@@ -33,23 +33,11 @@ LOGPROB_TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def gateway(torch_triton, tmp_path_factory):
-    from pipeline.gateway.process import GatewayProcess
-    from pipeline.gateway.settings import GatewaySettings
+    from helpers_engine import session_gateway
 
     root = tmp_path_factory.mktemp("surface")
-    settings = GatewaySettings(
-        triton_url=torch_triton.grpc_url,
-        tokenizer=torch_triton.repo / "preprocessing" / "1" / "tokenizer",
-        model_name=MODEL,
-        port=0,
-        api_keys_file=root / "keys.json",  # no keys: open, as a local gateway is
-        access_log=str(root / "access.log"),
-    )
-    proc = GatewayProcess(settings, root, root / "gateway.log").start()
-    try:
+    for proc in session_gateway(torch_triton, root, MODEL):
         yield SimpleNamespace(url=proc.url, access=root / "access.log", log=root / "gateway.log")
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -116,25 +116,10 @@ def test_required_guide_lists_the_tools_and_answers_parse() -> None:
 # -- end to end ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client(torch_triton, tmp_path_factory):
-    from pipeline.gateway.process import GatewayProcess
-    from pipeline.gateway.settings import GatewaySettings
+    from helpers_engine import session_gateway
 
-    root = tmp_path_factory.mktemp("tools")
-    settings = GatewaySettings(
-        triton_url=torch_triton.grpc_url,
-        tokenizer=torch_triton.repo / "preprocessing" / "1" / "tokenizer",
-        model_name=MODEL,
-        port=0,
-        api_keys_file=root / "keys.json",
-        access_log=str(root / "access.log"),
-    )
-    proc = GatewayProcess(settings, root, root / "gateway.log").start()
-    try:
+    for proc in session_gateway(torch_triton, tmp_path_factory.mktemp("tools"), MODEL):
         yield openai.OpenAI(base_url=proc.url + "/v1", api_key="none", max_retries=0, timeout=120)
-    finally:
-        proc.stop()
-        log = (root / "gateway.log").read_text()
-        assert "Traceback" not in log, log[-3000:]
 
 
 def _valid(calls) -> None:
