@@ -10,11 +10,11 @@ that cannot enforce one - against the contracts' tensors and parameters) without
 from __future__ import annotations
 
 import json
-import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from helpers_schemas import schemas
 
 from pipeline.gateway.errors import ApiError
 from pipeline.gateway.structured import Guide, choice_grammar, engine_values, from_structured_outputs
@@ -26,48 +26,6 @@ jsonschema = pytest.importorskip("jsonschema")
 MODEL = "tiny-llama"
 USER = [{"role": "user", "content": "Answer in JSON."}]
 MAX_TOKENS = 400  # every generated schema's longest answer fits well below this (bounded strings, arrays)
-
-
-# -- a seeded generator of bounded JSON schemas --------------------------------------------------------
-def _leaf(rng: random.Random, depth: int) -> dict:
-    kind = rng.choice(
-        ["integer", "number", "string", "boolean", "enum", "array", "object"][: 7 if depth else 5]
-    )
-    if kind == "integer":
-        lo = rng.randint(-1000, 1000)
-        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 5000)}
-    if kind == "number":
-        lo = rng.randint(-50, 50)
-        return {"type": "number", "minimum": lo, "maximum": lo + rng.randint(1, 100)}
-    if kind == "string":
-        return {"type": "string", "minLength": rng.randint(0, 2), "maxLength": rng.randint(3, 8)}
-    if kind == "boolean":
-        return {"type": "boolean"}
-    if kind == "enum":
-        return {"enum": rng.sample(["red", "green", "blue", "cyan", "plain text", "x"], rng.randint(1, 4))}
-    if kind == "array":
-        lo = rng.randint(0, 2)
-        return {
-            "type": "array",
-            "items": _leaf(rng, depth - 1),
-            "minItems": lo,
-            "maxItems": lo + rng.randint(0, 3),
-        }
-    return _object(rng, depth - 1)
-
-
-def _object(rng: random.Random, depth: int) -> dict:
-    names = rng.sample(
-        ["id", "name", "count", "tags", "ok", "score", "color", "child", "items", "note"], rng.randint(1, 4)
-    )
-    props = {n: _leaf(rng, depth) for n in names}
-    required = sorted(rng.sample(names, rng.randint(1, len(names))))
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
-
-
-def schemas(n: int = 20, seed: int = 27) -> list[dict]:
-    rng = random.Random(seed)
-    return [_object(rng, 2) for _ in range(n)]
 
 
 # -- unit: what is refused, without a server ----------------------------------------------------------

@@ -85,6 +85,45 @@ def test_sampling_fields_are_vllms() -> None:
 
 
 @pytest.mark.parametrize(
+    ("guide_type", "guide"),
+    [
+        ("json", ""),
+        ("json_schema", '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}'),
+        ("regex", "[a-z]{2}-[0-9]"),
+        ("ebnf_grammar", 'root ::= "yes" | "no"'),
+    ],
+)
+def test_guides_become_vllms_structured_outputs_grammar(guide_type, guide) -> None:
+    """A guide goes to vLLM as one EBNF grammar (guides.ebnf, the torch target's): a StructuredOutputsParams
+    field vLLM 0.32.0 has, and top_log_probs_k becomes logprobs=k."""
+    import xgrammar
+
+    options = {"guided_decoding_guide_type": guide_type, "guided_decoding_guide": guide}
+    params = vllm_engine.sampling(
+        Request([1], 8, None, 0.0, 1, 0.0, None, {**options, "return_log_probs": True, "top_log_probs_k": 5})
+    )
+    assert set(params) <= set(CONTRACT["sampling_params"]) and params["logprobs"] == 5
+    structured = params["structured_outputs"]
+    assert set(structured) == {"grammar"} <= set(CONTRACT["structured_outputs_params"])
+    xgrammar.Grammar.from_ebnf(structured["grammar"])  # vLLM's xgrammar backend compiles this text
+    assert "guided_decoding_guide" not in params
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"guided_decoding_guide_type": "regex", "guided_decoding_guide": "("}, "regex guide is invalid"),
+        ({"guided_decoding_guide_type": "yaml", "guided_decoding_guide": "a"}, "send one of json"),
+        ({"guided_decoding_guide": "x"}, "needs guided_decoding_guide_type"),
+        ({"guided_decoding_guide_type": "json", "min_tokens": 3}, "leave min_tokens out"),
+    ],
+)
+def test_bad_guides_are_refused_before_vllm(options, words) -> None:
+    with pytest.raises(LpxError, match=words):
+        vllm_engine.sampling(Request([1], 8, None, 0.0, 1, 0.0, None, options))
+
+
+@pytest.mark.parametrize(
     ("fmt", "kv", "named"),
     [
         ("int4_awq", "none", "int4_awq"),

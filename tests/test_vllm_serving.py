@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -249,3 +250,82 @@ def test_the_backends_metric_families_come_from_vllms_scheduler(server, built) -
         metrics.total("nv_trt_llm_kv_cache_block_metrics", model="tensorrt_llm", kv_cache_block_type="max")
         or 0
     ) > 0
+
+
+# -- the OpenAI surface on the vllm target: LPX's gateway over this server, the openai SDK ---------------
+MODEL = "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def client(server, tmp_path_factory):
+    from helpers_engine import session_gateway
+
+    openai = pytest.importorskip("openai")
+    for proc in session_gateway(server, tmp_path_factory.mktemp("vllm-gateway"), MODEL):
+        yield openai.OpenAI(base_url=proc.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def test_structured_outputs_are_enforced_by_vllm(client) -> None:
+    """Every guide reaches vLLM's structured outputs as the grammar the torch target enforces (guides.ebnf):
+    the tiny random model's answers are valid only because vLLM masked the tokens the grammar forbids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers_schemas import schemas
+
+    jsonschema = pytest.importorskip("jsonschema")
+    user = [{"role": "user", "content": "Answer in JSON."}]
+
+    def ask(i_schema):
+        i, schema = i_schema
+        rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+        out = client.chat.completions.create(
+            model=MODEL, messages=user, max_tokens=400, response_format=rf, temperature=1.0, seed=i
+        )
+        return schema, out.choices[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, enumerate(schemas())))
+    for schema, choice in answers:
+        assert choice.finish_reason == "stop", (schema, choice.message.content)
+        jsonschema.validate(json.loads(choice.message.content), schema)
+    regex = r"[a-z]{2,5}-\d{1,3}"
+    extra = {"structured_outputs": {"regex": regex}}
+    r = client.chat.completions.create(
+        model=MODEL, messages=user, max_tokens=40, temperature=1.0, extra_body=extra
+    )
+    assert re.fullmatch(regex, r.choices[0].message.content), r.choices[0].message.content
+    picks = ["positive", "negative", "not sure"]
+    c = client.completions.create(
+        model=MODEL, prompt="Pick:", max_tokens=20, extra_body={"structured_outputs": {"choice": picks}}
+    )
+    assert c.choices[0].text in picks and c.choices[0].finish_reason == "stop"
+
+
+def test_top_logprobs_seeds_and_n_on_vllm(client) -> None:
+    """top_logprobs = 5: five alternatives per token from vLLM's logprobs, best first, the greedy token the
+    best of them (the same value: vLLM reports raw log probs and greedy takes their argmax); a seeded
+    sampled request repeated gives one text; n = 3 gives three choices and usage summed."""
+    user = [{"role": "user", "content": "Say something."}]
+    out = client.chat.completions.create(
+        model=MODEL, messages=user, max_tokens=8, temperature=0, logprobs=True, top_logprobs=5
+    )
+    content = out.choices[0].logprobs.content
+    assert len(content) == out.usage.completion_tokens > 0
+    for entry in content:
+        alternatives = entry.top_logprobs
+        assert len(alternatives) == 5
+        values = [a.logprob for a in alternatives]
+        assert values == sorted(values, reverse=True)
+        assert entry.token == alternatives[0].token and abs(entry.logprob - values[0]) <= 1e-6
+    texts = {
+        client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=1.0, seed=1234)
+        .choices[0]
+        .text
+        for _ in range(3)
+    }
+    assert len(texts) == 1, texts
+    three = client.completions.create(
+        model=MODEL, prompt=PROMPTS[1], max_tokens=6, n=3, temperature=1.0, extra_body={"ignore_eos": True}
+    )
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert [c.finish_reason for c in three.choices] == ["length"] * 3 and three.usage.completion_tokens == 18

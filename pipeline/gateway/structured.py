@@ -15,10 +15,10 @@ fix - a guide is never dropped silently.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime.engines.guides import reason
 from .errors import bad_request
 
 MAX_GUIDE_CHARS = 65_536  # a schema's JSON, a regex or a grammar
@@ -156,12 +156,6 @@ def check(guide: Guide) -> Guide:
     except Exception as exc:
         raise bad_request(f"{guide.param} cannot be enforced: {reason(exc)} - fix it", guide.param) from None
     return guide
-
-
-def reason(exc: Exception) -> str:
-    """xgrammar's message without its log prefix ("[12:00:00] /project/cpp/x.cc:94: ")."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return re.sub(r"^\[[0-9:]+\] \S+:\d+: ", "", text)[:300]
 
 
 def request_guide(req: Any) -> Guide | None:

@@ -20,9 +20,10 @@ from typing import Any
 
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
-from .grammar import OPTIONS as GUIDE_OPTIONS
 from .grammar import Grammars
 from .grammar import install as install_grammar
+from .guides import OPTIONS as GUIDE_OPTIONS
+from .guides import requested
 from .torch_processors import OPTION_TYPES, install
 from .torch_stats import TorchStats
 
@@ -268,17 +269,10 @@ class TorchEngine(Engine):
     def _guide(self, request_id: str, options: dict) -> None:
         """A guided request (guided_decoding_guide_type / _guide, upstream's inputs): its grammar compiled
         and registered before the request joins the batch (grammar.py); an invalid guide is refused."""
-        guide_type = options.get("guided_decoding_guide_type")
-        if not guide_type:
-            if options.get("guided_decoding_guide"):
-                raise LpxError("guided_decoding_guide needs guided_decoding_guide_type - send both")
+        guide = requested(options)
+        if guide is None:
             return
-        if int(options.get("min_tokens") or 0) > 0:
-            raise LpxError(
-                "min_tokens cannot be combined with guided decoding: a complete answer's grammar allows only "
-                "the end id, which min_tokens forbids - leave min_tokens out"
-            )
-        compiled = self.grammars().compile(str(guide_type), str(options.get("guided_decoding_guide") or ""))
+        compiled = self.grammars().compile(*guide)
         self._grammar.add(request_id, compiled)
 
     def iteration_stats(self) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from typing import Any
 
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
+from .guides import OPTIONS as GUIDE_OPTIONS
+from .guides import ebnf, requested
 
 MODEL_FILE = "lpx_vllm.json"  # model (the checkpoint folder), engine_args, and what LPX checks
 PYTHON_VARIABLE = "LPX_VLLM_PYTHON"
@@ -119,11 +121,20 @@ def worker_env(python: str) -> dict[str, str]:
 
 
 def sampling(request: Request) -> dict[str, Any]:
-    """SamplingParams fields for a checked request (TensorRT-LLM's request semantics, base.greedy)."""
+    """SamplingParams fields for a checked request (TensorRT-LLM's request semantics, base.greedy).
+    A guide becomes vLLM's structured outputs as one grammar (guides.ebnf), the one the torch target
+    enforces: vLLM's own JSON-schema path would allow free whitespace and xgrammar's length-bounded
+    string rule (guides.py), so the same request would be held to a different language per target."""
     options = dict(request.options)
+    guide = requested(options)
+    for name in GUIDE_OPTIONS:
+        options.pop(name, None)
     params: dict[str, Any] = {"max_tokens": request.max_new_tokens, "seed": request.seed}
+    if guide is not None:
+        params["structured_outputs"] = {"grammar": ebnf(*guide)}
+    top = int(options.pop("top_log_probs_k", 0) or 0)
     if options.pop("return_log_probs", False):
-        params["logprobs"] = 0  # the sampled token's log prob only
+        params["logprobs"] = top  # 0: the sampled token's log prob only; k: and the k best per token
     params.update(options)  # repetition / presence / frequency penalties, min_tokens: the same names
     if request.end_ids:
         params["stop_token_ids"] = list(request.end_ids)
@@ -141,7 +152,15 @@ class VllmEngine(Engine):
 
     TARGET = "vllm"
     SUPPORTED = frozenset(
-        {"repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens", "return_log_probs"}
+        {
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "min_tokens",
+            "return_log_probs",
+            "top_log_probs_k",
+            *GUIDE_OPTIONS,
+        }
     )
 
     def __init__(self, folder: Path, python: str | None = None) -> None:
@@ -221,11 +240,15 @@ class VllmEngine(Engine):
         if "error" in message:
             stream.queue.put(RuntimeError(f"generation failed: {message['error']}"))
             return
-        # stream.result: everything generated so far, and its log probs (the worker sends deltas)
-        tokens, logprobs = stream.result or ([], [])
-        stream.result = tokens, logprobs = tokens + message["t"], logprobs + message.get("lp", [])
+        # stream.result: everything generated so far, its log probs and alternatives (the worker sends deltas)
+        tokens, logprobs, top = stream.result or ([], [], [])
+        tokens, logprobs = tokens + message["t"], logprobs + message.get("lp", [])
+        top = top + [(ids, values) for ids, values in message.get("top", [])]
+        stream.result = tokens, logprobs, top
         item: tuple = (tokens, bool(message["d"]))
-        stream.queue.put(item + (logprobs,) if stream.logprobs is not None else item)
+        if stream.logprobs is not None:
+            item += (logprobs, top if stream.top is not None else None)
+        stream.queue.put(item)
 
     def _send(self, message: dict) -> None:
         try:
@@ -246,6 +269,8 @@ class VllmEngine(Engine):
         params = sampling(request)
         if "logprobs" in params:
             stream.logprobs = []
+            if params["logprobs"]:
+                stream.top = []
         with self._lock:
             self._streams[stream.request_id] = stream
         try:

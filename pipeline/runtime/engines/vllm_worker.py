@@ -6,10 +6,12 @@ it runs where vLLM's transformers is not LPX's (docs/vllm.md says why the two ca
 
 In, on stdin (one JSON object a line; end of input shuts the engine down):
     {"op": "add", "id": "...", "ids": [prompt token ids], "params": {SamplingParams fields}}
+        (params["structured_outputs"]: StructuredOutputsParams fields, e.g. {"grammar": EBNF})
     {"op": "abort", "id": "..."}
 Out, on file descriptor <fd> (vLLM logs to stdout / stderr, which go to the server's log):
     {"ready": {"blocks": n, "block_size": n}}                   once the engine is up, or {"error": "..."}
-    {"id": "...", "t": [new token ids], "d": finished, "lp": [their log probs] (when asked)}
+    {"id": "...", "t": [new token ids], "d": finished, "lp": [their log probs] (when asked),
+     "top": [[[k best ids], [their log probs]] per new token] (when asked for logprobs k > 0)}
     {"id": "...", "error": "..."}
     {"stats": {TensorRT-LLM IterationStats keys}}               at most every STATS_PERIOD_S
 The build folder holds lpx_vllm.json (`model`: the checkpoint folder beside it, `engine_args`: vLLM's
@@ -99,23 +101,32 @@ def read_stdin(loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue) -> None:
     loop.call_soon_threadsafe(inbox.put_nowait, None)
 
 
+def best(entry: dict, k: int) -> list[list]:
+    """The k best of one position's {token id: Logprob}, best first: [[ids], [log probs]]."""
+    ranked = sorted(entry.items(), key=lambda item: item[1].rank)[:k]
+    return [[int(token) for token, _ in ranked], [float(lp.logprob) for _, lp in ranked]]
+
+
 async def generate(engine, channel: Channel, message: dict) -> None:
     """One request: its token deltas to the channel, the last one with d=true."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     rid = message["id"]
-    params = SamplingParams(**message["params"], detokenize=False, output_kind=RequestOutputKind.DELTA)
-    want_logprobs = params.logprobs is not None
+    fields = dict(message["params"])
+    if fields.get("structured_outputs"):
+        fields["structured_outputs"] = StructuredOutputsParams(**fields["structured_outputs"])
     try:
+        params = SamplingParams(**fields, detokenize=False, output_kind=RequestOutputKind.DELTA)
+        k = params.logprobs or 0
         async for out in engine.generate({"prompt_token_ids": message["ids"]}, params, rid):
             piece = out.outputs[0]
             reply = {"id": rid, "t": list(piece.token_ids), "d": bool(out.finished)}
-            if want_logprobs:
-                reply["lp"] = [
-                    float(entry[token].logprob)
-                    for token, entry in zip(piece.token_ids, piece.logprobs or [], strict=False)
-                ]
+            if params.logprobs is not None:
+                entries = list(zip(piece.token_ids, piece.logprobs or [], strict=False))
+                reply["lp"] = [float(entry[token].logprob) for token, entry in entries]
+                if k:  # each entry holds the k best (rank 1..k) and the sampled token, whatever its rank
+                    reply["top"] = [best(entry, k) for _, entry in entries]
             channel.send(reply)
     except asyncio.CancelledError:
         raise
@@ -140,7 +151,7 @@ async def serve(folder: Path, channel: Channel) -> None:
     loop = asyncio.get_running_loop()
     factory = stats_logger(channel, loop, int(args.get("max_num_seqs") or 0))
     engine = AsyncLLM.from_engine_args(
-        AsyncEngineArgs(model=str(folder / meta["model"]), skip_tokenizer_init=True, **args),
+        AsyncEngineArgs(model=str(folder / meta["model"]), **args),
         stat_loggers=[factory],
     )
     cache = engine.vllm_config.cache_config
