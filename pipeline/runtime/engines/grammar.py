@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 from typing import Any
 
@@ -26,9 +25,10 @@ from transformers.generation.continuous_batching.cb_logits_processors import (
 )
 
 from ...errors import LpxError
+from .guides import GUIDE_TYPES, OPTIONS, reason, schema_ebnf
 
-GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
-OPTIONS = ("guided_decoding_guide_type", "guided_decoding_guide")
+# GUIDE_TYPES, OPTIONS, reason and schema_ebnf live in guides.py (no torch), shared with the llmapi target
+__all__ = ["GUIDE_TYPES", "OPTIONS", "GrammarMask", "Grammars", "install", "reason", "schema_ebnf"]
 log = logging.getLogger(__name__)
 
 
@@ -66,27 +66,6 @@ class Grammars:
             return c.compile_grammar(guide)
         except Exception as exc:  # xgrammar's parse errors (RuntimeError / ValueError), bad JSON
             raise LpxError(f"the {guide_type} guide is invalid ({reason(exc)}) - send a valid one") from None
-
-
-# xgrammar 0.2.9 writes a string with minLength / maxLength as `"\"" x_characters{m, n} "\""` with
-# `x_characters ::= [^\"\\\r\n]`: control bytes (0x00-0x1f but CR, LF) pass, so a raw \x01 ends up
-# inside a JSON string (invalid JSON), and escapes cannot be written at all. Such a character is one
-# JSON string character instead: anything but a control byte, a quote or a backslash, or one escape.
-_BOUNDED_CHAR = '[^\\"\\\\\\r\\n]'
-_JSON_CHAR = '([^\\0-\\x1f\\"\\\\] | ("\\\\" ([\\"\\\\/bfnrt] | ("u" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9]))))'
-
-
-def schema_ebnf(xgr: Any, schema: str) -> str:
-    """The grammar of a JSON schema (compact separators, strict: no extra properties) as EBNF, with
-    xgrammar's length-bounded string characters replaced by JSON's (see _BOUNDED_CHAR)."""
-    text = str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
-    return text.replace(_BOUNDED_CHAR, _JSON_CHAR)
-
-
-def reason(exc: Exception) -> str:
-    """xgrammar's message without its log prefix ("[12:00:00] /project/cpp/x.cc:94: ")."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return re.sub(r"^\[[0-9:]+\] \S+:\d+: ", "", text)[:300]
 
 
 class GrammarMask(ContinuousBatchingLogitsProcessor):
