@@ -8,6 +8,7 @@ the ensemble, BLS, pre/postprocessing and tritonclient."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,12 @@ pytestmark = pytest.mark.slow  # every test needs the quantize -> build -> repo 
 STANDIN = Path(__file__).parent / "standin_tensorrt_llm"
 PROMPTS = ["The first token of an answer", "Bread is made"]
 MAX_TOKENS = 24
+
+
+def fresh_standin(monkeypatch) -> None:
+    """Forget any imported tensorrt_llm (and its llmapi submodule), so the stand-in is imported anew."""
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name)
 
 
 def llmapi_config(checkpoint: Path):
@@ -121,7 +128,7 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     """In-process, through the stand-in: the LLM gets the build's options, each request token ids,
     explicit end_id (no tokenizer in the LLM), every further EOS id as a stop token, detokenize off."""
     monkeypatch.syspath_prepend(str(STANDIN))
-    monkeypatch.delitem(sys.modules, "tensorrt_llm", raising=False)
+    fresh_standin(monkeypatch)
     import tensorrt_llm
     import yaml
 
@@ -168,7 +175,9 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
         "the penalties and min_tokens reach SamplingParams"
     )
     (kind, init), (_, call) = tensorrt_llm.CALLS[0], tensorrt_llm.CALLS[1]
-    assert kind == "LLM" and init["skip_tokenizer_init"] is True
+    # the LLM loads the checkpoint's tokenizer: its xgrammar backend builds the token table from it
+    assert kind == "LLM" and init["skip_tokenizer_init"] is False
+    assert init["guided_decoding_backend"] == "xgrammar"
     assert init["enable_iter_perf_stats"] is True, "LLM.get_stats has iterations for the metrics"
     assert stats["iter"] > 0 and stats["inflightBatchingStats"]["numScheduledRequests"] == 1, stats
     assert {k: init[k] for k in options} == options and init["model"] == str(engine_dir / "checkpoint")
@@ -176,6 +185,106 @@ def test_engine_calls_the_api_as_the_contract_says(built, monkeypatch) -> None:
     assert call["end_id"] == 2 and call["stop_token_ids"] == [9] and call["detokenize"] is False
     assert call["top_k"] == 1  # greedy, TensorRT-LLM's way
     assert 1 <= len(tokens) <= 6
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+    "required": ["name", "n"],
+}
+
+
+def test_guides_become_guided_decoding_params(built, monkeypatch) -> None:
+    """Each guide type reaches SamplingParams.guided_decoding as the GuidedDecodingParams field the contract
+    names (json -> json_object, json_schema -> grammar: the torch target's EBNF of the schema, regex ->
+    regex, ebnf_grammar -> grammar), enforced (the stand-in runs xgrammar as upstream's backend); an invalid
+    guide, or min_tokens with a guide, is a LpxError before generate_async is called."""
+    monkeypatch.syspath_prepend(str(STANDIN))
+    fresh_standin(monkeypatch)
+    import tensorrt_llm
+    import xgrammar
+    from transformers import AutoTokenizer
+
+    from pipeline.runtime.engines.guides import _JSON_CHAR, schema_ebnf
+    from pipeline.runtime.engines.llmapi_engine import LlmApiEngine
+
+    _, engine_dir, _, _ = built
+    tok = AutoTokenizer.from_pretrained(engine_dir / "checkpoint")
+    eos = tok.eos_token_id
+    schema = json.dumps(SCHEMA)
+    guides = {
+        "json": ("", {"json_object": True}),
+        "json_schema": (schema, {"json_object": False, "grammar": schema_ebnf(xgrammar, schema)}),
+        "regex": ("(yes|no)[0-9]{2}", {"json_object": False, "regex": "(yes|no)[0-9]{2}"}),
+        "ebnf_grammar": ('root ::= "a" [bc]', {"json_object": False, "grammar": 'root ::= "a" [bc]'}),
+    }
+    assert _JSON_CHAR in guides["json_schema"][1]["grammar"], "the length-bounded string rule is JSON's"
+    tensorrt_llm.CALLS.clear()
+    answers = {}
+    with LlmApiEngine(engine_dir) as engine:
+        for kind, (guide, _) in guides.items():
+            answers[kind] = engine.generate(
+                [5, 6, 7],
+                40,
+                end_ids=[eos],
+                temperature=0.0,
+                guided_decoding_guide_type=kind,
+                guided_decoding_guide=guide,
+            )
+        sent = [c for k, c in tensorrt_llm.CALLS if k == "generate_async"]
+        bad = {
+            "regex": ("(", "the regex guide is invalid"),
+            "json_schema": ("{not json", "the json_schema guide is invalid"),
+            "ebnf_grammar": ("root ::= ", "the ebnf_grammar guide is invalid"),
+            "yaml": ("a: 1", "guided_decoding_guide_type 'yaml' is not supported - send one of"),
+            "": ("[0-9]", "guided_decoding_guide needs guided_decoding_guide_type - send both"),
+        }
+        for kind, (guide, message) in bad.items():
+            with pytest.raises(LpxError, match=re.escape(message)):
+                engine.submit(
+                    [5, 6], 4, end_ids=[eos], guided_decoding_guide_type=kind, guided_decoding_guide=guide
+                )
+        with pytest.raises(LpxError, match="min_tokens cannot be combined with guided decoding"):
+            engine.submit([5, 6], 4, end_ids=[eos], min_tokens=4, guided_decoding_guide_type="json")
+        assert len([k for k, _ in tensorrt_llm.CALLS if k == "generate_async"]) == len(guides), (
+            "a refused guide never reaches generate_async"
+        )
+    for (kind, (_, fields)), call in zip(guides.items(), sent, strict=True):
+        assert "guided_decoding_guide_type" not in call and "guided_decoding_guide" not in call
+        assert call["guided_decoding"].fields == fields, kind
+    text = {k: tok.decode([t for t in ids if t != eos]) for k, ids in answers.items()}
+    assert re.fullmatch("(yes|no)[0-9]{2}", text["regex"]) and answers["regex"][-1] == eos, text
+    assert text["ebnf_grammar"] in ("ab", "ac") and answers["ebnf_grammar"][-1] == eos, text
+    if answers["json_schema"][-1] == eos:  # complete within 40 tokens: valid and as the schema says
+        value = json.loads(text["json_schema"])
+        assert set(value) == {"name", "n"} and len(value["name"]) <= 8 and isinstance(value["n"], int)
+
+
+def test_standin_holds_guided_decoding_to_the_contract(built, monkeypatch) -> None:
+    """Upstream's rules the engine relies on: a guided request needs an LLM made with
+    guided_decoding_backend, the backend needs the LLM's tokenizer, and one guide per request."""
+    monkeypatch.syspath_prepend(str(STANDIN))
+    fresh_standin(monkeypatch)
+    import asyncio
+
+    from tensorrt_llm.llmapi import LLM, GuidedDecodingParams, SamplingParams
+
+    model = str(built[1] / "checkpoint")
+    with pytest.raises(AssertionError, match="needs the LLM's tokenizer"):
+        LLM(model=model, skip_tokenizer_init=True, guided_decoding_backend="xgrammar")
+    with pytest.raises(ValueError, match="Only one guide"):
+        SamplingParams(end_id=2, guided_decoding=GuidedDecodingParams(regex="a", grammar='root ::= "a"'))
+    llm = LLM(model=model, skip_tokenizer_init=True)
+
+    async def guided_without_backend():
+        llm.generate_async(
+            [5, 6],
+            sampling_params=SamplingParams(end_id=2, guided_decoding=GuidedDecodingParams(json_object=True)),
+        )
+
+    with pytest.raises(RuntimeError, match="GuidedDecoder is not setup"):
+        asyncio.run(guided_without_backend())
+    llm.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -284,3 +393,23 @@ def test_the_backends_metric_families_come_from_tensorrt_llms_iteration_stats(se
     assert {name for name, *_ in FAMILIES} <= {
         n.removesuffix("_count").removesuffix("_sum") for n in published
     }
+
+
+@pytest.mark.triton
+def test_a_guide_is_enforced_through_triton(server, expected) -> None:
+    """Upstream's guide inputs on the ensemble and BLS reach the llmapi engine and are enforced; an invalid
+    guide and min_tokens with a guide are errors naming the fix, and the server keeps serving."""
+    from pipeline.client import generate_stream
+
+    guide = {"guided_decoding_guide_type": "regex", "guided_decoding_guide": "(yes|no)[0-9]{2}"}
+    for model in ("ensemble", "tensorrt_llm_bls"):
+        text = "".join(
+            c.text for c in generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS, model=model, **guide)
+        )
+        assert re.fullmatch("(yes|no)[0-9]{2}", text), (model, text)
+    with pytest.raises(LpxError, match=r"the regex guide is invalid .* - send a valid one"):
+        list(generate_stream(server.grpc_url, PROMPTS[0], 4, **{**guide, "guided_decoding_guide": "("}))
+    with pytest.raises(LpxError, match="min_tokens cannot be combined with guided decoding"):
+        list(generate_stream(server.grpc_url, PROMPTS[0], 8, min_tokens=4, **guide))
+    chunks = list(generate_stream(server.grpc_url, PROMPTS[0], MAX_TOKENS))
+    assert "".join(c.text for c in chunks) == expected[PROMPTS[0]]

@@ -189,7 +189,7 @@ def _logprobs_asked(req: CompletionRequest | ChatCompletionRequest, info: ModelI
     if k and not info.top_log_probs:
         raise bad_request(
             f"{param} = {k} asks for alternatives: the served engine ({info.target}) returns only the "
-            f"sampled token's log probability - send {param} 0 (the torch and llmapi targets return them)",
+            f"sampled token's log probability - send {param} 0 (the torch, llmapi and vllm targets return them)",
             param,
         )
     return asked, k

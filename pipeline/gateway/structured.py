@@ -4,7 +4,8 @@ by the engine.
 
 A guide is upstream's pair of guided-decoding inputs (tensorrtllm_backend's `guided_decoding_guide_type`
 and `guided_decoding_guide`: json, json_schema, regex, ebnf_grammar), the request language every target
-shares: the torch engine compiles it with xgrammar (pipeline/runtime/engines/grammar.py), the C++ backend
+shares: the torch engine compiles it with xgrammar (pipeline/runtime/engines/grammar.py), the llmapi engine
+passes it to TensorRT-LLM's xgrammar backend as GuidedDecodingParams (llmapi_engine.py), the C++ backend
 with its own xgrammar when its config names `guided_decoding_backend` and `xgrammar_tokenizer_info_path`.
 A choice becomes a grammar of its literal strings. The gateway compiles each guide once without a
 tokenizer (xgrammar's parser), so a schema, regex or grammar it cannot enforce is a 400 naming the
@@ -178,7 +179,7 @@ def engine_values(guide: Guide, info: Any) -> dict[str, str]:
         raise bad_request(
             f"{guide.param} needs guided decoding, and the served model declares no "
             "guided_decoding_guide_type input (the TensorRT-LLM 0.16 line's backend has none) - serve a "
-            "TensorRT-LLM 1.x line, or the torch target, or leave it out",
+            "TensorRT-LLM 1.x line, or the torch, llmapi or vllm target, or leave it out",
             guide.param,
         )
     engine = next((p for name, p in info.params.items() if name != "preprocessing"), {})
@@ -189,7 +190,7 @@ def engine_values(guide: Guide, info: Any) -> dict[str, str]:
             raise bad_request(
                 f"{guide.param} needs guided decoding, which the `engine` target's tensorrt_llm model has "
                 "off - set its guided_decoding_backend parameter to xgrammar and xgrammar_tokenizer_info_path "
-                "to the tokenizer's xgrammar info JSON, or serve the torch target, or leave it out",
+                "to the tokenizer's xgrammar info JSON, or serve the torch or llmapi target, or leave it out",
                 guide.param,
             )
     return guide.values()

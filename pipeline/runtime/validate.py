@@ -112,11 +112,11 @@ FIXES = {  # what to do instead, per feature a target may lack
     "lora_weights": "leave out the LoRA inputs: LPX serves the base model without adapters",
     "lora_config": "leave out the LoRA inputs: LPX serves the base model without adapters",
     "prompt_embedding_table": "leave out the prompt-tuning inputs: LPX serves text-only models",
-    "guided_decoding_guide_type": "leave out guided decoding (structured outputs, required tool calls), or serve the torch target, which enforces it",
-    "guided_decoding_guide": "leave out guided decoding (structured outputs, required tool calls), or serve the torch target, which enforces it",
+    "guided_decoding_guide_type": "leave out guided decoding (structured outputs, required tool calls), or serve the torch, llmapi or vllm target, which enforce it",
+    "guided_decoding_guide": "leave out guided decoding (structured outputs, required tool calls), or serve the torch, llmapi or vllm target, which enforce it",
     "decoder_text_input": "send the prompt as text_input: LPX serves decoder-only models",
-    "top_log_probs_k": "send 0: this target returns only the sampled token's log prob (serve the torch "
-    "or llmapi target for alternatives)",
+    "top_log_probs_k": "send 0: this target returns only the sampled token's log prob (serve the torch, "
+    "llmapi or vllm target for alternatives)",
     "return_context_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
     "return_generation_logits": "leave it false: this target does not return logits (use `lpx eval` for quality)",
 }

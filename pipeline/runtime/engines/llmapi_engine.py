@@ -2,11 +2,18 @@
 folder (pipeline/stages/build/llmapi.py), with the same `submit` as `TorchEngine` so that LPX's Triton model
 (pipeline/runtime/engine_model.py) serves either.
 
-`tensorrt_llm.LLM(model=<folder>/checkpoint, skip_tokenizer_init=True, **llm_api_options.yaml)` runs on
+`tensorrt_llm.LLM(model=<folder>/checkpoint, **llm_api_options.yaml)` runs on
 one asyncio loop in a background thread (generate_async needs a running loop in the calling thread);
 each request is one `generate_async(ids, sampling_params=..., streaming=True)` whose cumulative
 `outputs[0].token_ids` become token deltas on a thread-safe queue. Cancelling calls the result's
 `abort()` on that loop. The API facts used here are in tests/contracts/trtllm_llmapi_python.json.
+
+Guided decoding: upstream's inputs (guided_decoding_guide_type / _guide, guides.py) become
+`SamplingParams.guided_decoding = GuidedDecodingParams(...)`, enforced by TensorRT-LLM's xgrammar backend
+(the LLM is made with guided_decoding_backend="xgrammar"). That backend builds its token table from the
+LLM's tokenizer (py_executor_creator.get_guided_decoding_config asserts one), so the LLM loads the
+checkpoint's tokenizer (skip_tokenizer_init=False); prompts and answers stay token ids. A guide is
+parsed with xgrammar before generate_async, so an invalid one is a LpxError naming the fix.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import yaml
 
 from ...errors import LpxError
 from .base import DONE, DeltaStream, Engine, Request, greedy
+from .guides import OPTIONS as GUIDE_OPTIONS
+from .guides import ebnf, requested
 
 MODEL_FILE, OPTIONS_FILE = "model.yaml", "llm_api_options.yaml"
 STATS_TIMEOUT_S = 0.05  # LLM.get_stats waits at most this long for new iterations
@@ -124,7 +133,8 @@ class LlmApiEngine(Engine):
     TARGET = "llmapi"
     # SamplingParams fields of the same name (tests/contracts/trtllm_llmapi_python.json)
     # (return_log_probs: SamplingParams.logprobs=1, the sampled token's log prob per output token;
-    # top_log_probs_k: logprobs=k, the k best per token; seed: SamplingParams.seed)
+    # top_log_probs_k: logprobs=k, the k best per token; seed: SamplingParams.seed); the guide inputs:
+    # SamplingParams.guided_decoding (`guided`)
     SUPPORTED = frozenset(
         {
             "repetition_penalty",
@@ -134,11 +144,12 @@ class LlmApiEngine(Engine):
             "return_log_probs",
             "top_log_probs_k",
         }
-    )
+    ) | frozenset(GUIDE_OPTIONS)
 
     def __init__(self, folder: Path) -> None:
         try:
             from tensorrt_llm import LLM, SamplingParams
+            from tensorrt_llm.llmapi import GuidedDecodingParams
         except ImportError as exc:
             raise LpxError(
                 f"build.target llmapi needs TensorRT-LLM >= 1.2 in the serving environment ({exc}) - "
@@ -148,19 +159,20 @@ class LlmApiEngine(Engine):
         self.meta, options = read_build(self.folder)
         self.max_input_len = int(options.get("max_input_len") or 0)
         self.max_seq_len = int(options.get("max_seq_len") or 0)
-        self._sampling = SamplingParams
+        self._sampling, self._guided = SamplingParams, GuidedDecodingParams
         self._ids = itertools.count()
         self._closed = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="lpx-llmapi-loop", daemon=True)
         self._thread.start()
         self._last_stats: dict[str, Any] | None = None
-        # token ids in, token ids out: LPX's pre/postprocessing own the tokenizer; iteration statistics on,
-        # for the backend's metric families (iteration_stats)
+        # token ids in, token ids out (LPX's pre/postprocessing own the text), but the LLM loads the
+        # checkpoint's tokenizer: the xgrammar backend needs its vocabulary (module docstring); iteration
+        # statistics on, for the backend's metric families (iteration_stats)
         self.llm = LLM(
             model=str(self.folder / self.meta["model"]),
-            skip_tokenizer_init=True,
-            **{"enable_iter_perf_stats": True, **options},
+            skip_tokenizer_init=False,
+            **{"enable_iter_perf_stats": True, "guided_decoding_backend": "xgrammar", **options},
         )
 
     def check_open(self) -> None:
@@ -176,6 +188,9 @@ class LlmApiEngine(Engine):
                 "generation_config.json"
             )
         options = dict(request.options)
+        guided = self.guided(options)  # before any engine work: an invalid guide is refused here
+        for name in GUIDE_OPTIONS:
+            options.pop(name, None)
         want_logprobs = bool(options.pop("return_log_probs", False))
         top_k = int(options.pop("top_log_probs_k", 0)) if want_logprobs else 0
         params = self._sampling(
@@ -186,6 +201,7 @@ class LlmApiEngine(Engine):
             include_stop_str_in_output=True,
             detokenize=False,
             seed=request.seed,
+            **({"guided_decoding": guided} if guided is not None else {}),
             **({"logprobs": max(1, top_k)} if want_logprobs else {}),
             **options,
             **{
@@ -201,6 +217,25 @@ class LlmApiEngine(Engine):
                 stream.top, stream.top_k = [], top_k
         asyncio.run_coroutine_threadsafe(pump(stream, self.llm, request.input_ids, params), self._loop)
         return stream
+
+    def guided(self, options: dict) -> Any:
+        """The request's GuidedDecodingParams (None without a guide), its guide parsed with xgrammar first
+        (no tokenizer needed) so that an invalid one is a LpxError naming the fix, not an engine error.
+        json -> json_object=True; regex -> regex; ebnf_grammar -> grammar; json_schema -> grammar, the
+        schema's EBNF (guides.schema_ebnf), not json=<schema>: TensorRT-LLM would compile json= with its
+        own xgrammar settings (whitespace, strictness) and xgrammar's length-bounded string rule, which
+        lets control bytes into a JSON string. The EBNF is the grammar the torch target enforces (compact,
+        no extra properties, that rule fixed), so both targets answer a schema in the same language."""
+        found = requested(options)
+        if found is None:
+            return None
+        guide_type, guide = found
+        grammar = ebnf(guide_type, guide)  # parses the guide: an invalid one is a LpxError naming the fix
+        if guide_type == "json":
+            return self._guided(json_object=True)
+        if guide_type == "regex":
+            return self._guided(regex=guide)
+        return self._guided(grammar=grammar if guide_type == "json_schema" else guide)
 
     def iteration_stats(self) -> dict[str, Any] | None:
         """TensorRT-LLM's latest IterationStats: LLM.get_stats drains the iterations since the last call (a

@@ -13,6 +13,13 @@ returns TokenLogprobs ({token id: Logprob} per output token: the k best and the 
 temperature-scaled distribution);
 penalties and min_tokens are accepted and not applied. With enable_iter_perf_stats, get_stats gives one
 IterationStats per step (no kvCacheStats: it has no paged cache).
+
+Guided decoding as the contract says upstream does it: SamplingParams.guided_decoding is a
+GuidedDecodingParams (tensorrt_llm.llmapi; at most one guide set); the LLM must be made with
+guided_decoding_backend (an LLM-API option), and with a tokenizer (xgrammar's token table: upstream asserts
+one, so skip_tokenizer_init=True fails at construction); a guided request to an LLM without the backend
+is refused (the C++ executor's check). The guide is enforced with xgrammar on the checkpoint's tokenizer:
+each step keeps only the tokens the grammar allows, and once it is complete only the tokenizer's EOS.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 __version__ = "1.2.0-lpx-standin"
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "GuidedDecodingParams", "SamplingParams"]
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 _PY = json.loads((CONTRACTS / "trtllm_llmapi_python.json").read_text())
@@ -37,6 +44,27 @@ SAMPLING_FIELDS = set(_PY["sampling_params"]["fields"])
 GENERATE_PARAMS = set(_PY["generate_async"]["params_1_2_era"]) - {"inputs"}
 METHODS = set(_PY["llm_init"]["methods"])
 CALLS: list[tuple[str, dict]] = []  # what LPX called, for tests that run the stand-in in-process
+GUIDE_FIELDS = set(_PY["guided_decoding_params"]["fields"])
+GUIDED_BACKENDS = set(_OPTIONS["options"]["guided_decoding_backend"]["choices"])
+
+
+class GuidedDecodingParams:
+    """Keyword-only, contract-checked fields (json, regex, grammar, json_object, structural_tag); more
+    than one guide set is a ValueError when SamplingParams validates it, as upstream's _validate."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - GUIDE_FIELDS
+        if unknown:
+            raise TypeError(f"GuidedDecodingParams got unexpected keyword(s) {sorted(unknown)}")
+        self.fields = {"json_object": False, **kwargs}
+
+    def __getattr__(self, name: str) -> Any:
+        if name in GUIDE_FIELDS:
+            return self.__dict__["fields"].get(name)
+        raise AttributeError(name)
+
+    def guides(self) -> dict[str, Any]:
+        return {k: v for k, v in self.fields.items() if v}
 
 
 class SamplingParams:
@@ -60,6 +88,12 @@ class SamplingParams:
             and temperature < 0
         ):
             raise ValueError(f"invalid sampling values top_k={top_k} top_p={top_p} temperature={temperature}")
+        guided = kwargs.get("guided_decoding")
+        if guided is not None:
+            if not isinstance(guided, GuidedDecodingParams):
+                raise TypeError("guided_decoding must be a GuidedDecodingParams")
+            if len(guided.guides()) > 1:
+                raise ValueError(f"Only one guide can be used for a request, but got {len(guided.guides())}.")
 
     def __getattr__(self, name: str) -> Any:
         if name in SAMPLING_FIELDS:
@@ -129,8 +163,19 @@ class LLM:
             )
         if kwargs.get("tensor_parallel_size", 1) != 1 or kwargs.get("pipeline_parallel_size", 1) != 1:
             raise RuntimeError("the stand-in runs on one device: tensor/pipeline parallel size must be 1")
+        self.guided_backend = kwargs.get("guided_decoding_backend")
+        if self.guided_backend is not None and self.guided_backend not in GUIDED_BACKENDS:
+            raise ValueError(
+                f"guided_decoding_backend {self.guided_backend!r} is not one of {sorted(GUIDED_BACKENDS)}"
+            )
+        if self.guided_backend is not None and kwargs.get("skip_tokenizer_init"):
+            raise AssertionError(  # upstream: get_guided_decoding_config's `assert tokenizer is not None`
+                "guided_decoding_backend needs the LLM's tokenizer (skip_tokenizer_init=True leaves none)"
+            )
         CALLS.append(("LLM", {"model": model, **kwargs}))
         self.skip_tokenizer_init = bool(kwargs.get("skip_tokenizer_init"))
+        self.model_dir = model
+        self._compiler = None  # xgrammar's, made with the first guided request
         self.max_seq_len = kwargs.get("max_seq_len")
         self.max_batch_size = int(kwargs.get("max_batch_size") or 2048)
         self._iter_stats = bool(kwargs.get("enable_iter_perf_stats"))
@@ -162,6 +207,12 @@ class LLM:
             )
         if params.stop or params.bad:
             raise RuntimeError("stop/bad strings need the tokenizer: use stop_token_ids")
+        if params.guided_decoding is not None and self.guided_backend is None:
+            raise RuntimeError(
+                "Request is specified with GuidedDecodingParams, but GuidedDecoder is not setup. Please "
+                "provide a valid GuidedDecodingConfig to setup GuidedDecoder."
+            )
+        matcher = self._matcher(params.guided_decoding) if params.guided_decoding is not None else None
         CALLS.append(
             (
                 "generate_async",
@@ -173,15 +224,39 @@ class LLM:
         put = lambda item: loop.call_soon_threadsafe(result._queue.put_nowait, item)  # noqa: E731
         worker = threading.Thread(
             target=self._generate,
-            args=(list(inputs), params, result, put, bool(kwargs.get("streaming"))),
+            args=(list(inputs), params, result, put, bool(kwargs.get("streaming")), matcher),
             daemon=True,
         )
         worker.start()
         self._running = [(t, r) for t, r in self._running if t.is_alive()] + [(worker, result)]
         return result
 
+    def _matcher(self, guided: GuidedDecodingParams) -> Any:
+        """An xgrammar matcher for the request's guide, on the checkpoint's tokenizer (EOS its stop id)."""
+        import xgrammar
+        from transformers import AutoTokenizer
+
+        if self._compiler is None:
+            tok = AutoTokenizer.from_pretrained(self.model_dir)
+            info = xgrammar.TokenizerInfo.from_huggingface(
+                tok, vocab_size=self.model.config.vocab_size, stop_token_ids=[tok.eos_token_id]
+            )
+            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+        c, (kind, guide) = self._compiler, next(iter(guided.guides().items()))
+        if kind == "json_object":
+            compiled = c.compile_builtin_json_grammar()
+        elif kind == "json":
+            compiled = c.compile_json_schema(guide if isinstance(guide, str) else json.dumps(guide))
+        elif kind == "regex":
+            compiled = c.compile_regex(guide)
+        elif kind == "grammar":
+            compiled = c.compile_grammar(guide)
+        else:
+            raise NotImplementedError(f"the stand-in does not enforce {kind}")
+        return xgrammar.GrammarMatcher(compiled)
+
     def _generate(
-        self, ids: list[int], params: SamplingParams, result: RequestOutput, put, streaming: bool
+        self, ids: list[int], params: SamplingParams, result: RequestOutput, put, streaming: bool, matcher
     ) -> None:
         import torch
 
@@ -202,7 +277,17 @@ class LLM:
                         break
                     out = self.model(input_ids=feed, past_key_values=past, use_cache=True)
                     past, logits = out.past_key_values, out.logits[0, -1].float()
+                    if matcher is not None:  # keep only what the grammar allows next
+                        import xgrammar
+
+                        mask = xgrammar.allocate_token_bitmask(1, logits.numel())
+                        matcher.fill_next_token_bitmask(mask)
+                        logits = logits.unsqueeze(0)
+                        xgrammar.apply_token_bitmask_inplace(logits, mask, backend="cpu")
+                        logits = logits[0]
                     token = self._pick(logits, params, gen)
+                    if matcher is not None and not matcher.is_terminated():
+                        matcher.accept_token(token)
                     tokens.append(token)
                     if params.logprobs:
                         lps = torch.log_softmax(logits / (params.temperature or 1.0), -1)
