@@ -54,6 +54,10 @@ def llmapi_options(cfg: Config, variant: Variant) -> dict:
         "trust_remote_code": cfg.model.trust_remote_code,
         "enable_chunked_prefill": True,
         "kv_cache_config": kv_cache_config,
+        # structured outputs / tool calls enforced wherever these options are served (LPX's Triton model,
+        # trtllm-serve, Dynamo's TensorRT-LLM worker): TensorRT-LLM's xgrammar backend, the grammar engine
+        # of the torch and vllm targets too (docs/gateway.md)
+        "guided_decoding_backend": "xgrammar",
         "cuda_graph_config": {
             "batch_sizes": cuda_graph_batch_sizes(b.max_batch_size),
             "max_batch_size": b.max_batch_size,
