@@ -9,6 +9,11 @@ same tcmalloc / Intel OpenMP preloads as LPX's worker.
 
     make setup vllm
     .venv/bin/python scripts/bench_vllm.py --out docs/results/vllm-cpu --rounds 3
+
+With `--aiperf PATH` (NVIDIA's AIPerf, `pip install aiperf==0.13.0` in a venv of its own: its
+dependencies are not LPX's), each round also runs `aiperf profile` at each level on each server, the same
+input / output lengths (output forced with `--extra-inputs ignore_eos:true`, counted by the server), and
+the table gets an AIPerf block beside `lpx bench`'s.
 """
 
 from __future__ import annotations
@@ -96,6 +101,42 @@ def bench(url: str, out: Path, levels: str, requests: int, env: dict, tokenizer:
     return json.loads((out / "results.json").read_text())
 
 
+def served_model(url: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return json.loads(opener.open(f"{url}/v1/models", timeout=30).read())["data"][0]["id"]
+
+
+def aiperf(exe: str, url: str, out: Path, levels: str, requests: int, tokenizer: Path) -> dict:
+    """AIPerf at each level: a results.json of the shape `row` reads (its profile_export_aiperf.json
+    figures: time_to_first_token / inter_token_latency p50, p99 in ms, output_token_throughput and
+    request_throughput averages)."""
+    results = []
+    for c in [int(x) for x in levels.split(",")]:
+        art = out / f"c{c}"
+        argv = [exe, "profile", "-m", served_model(url), "--url", url, "--endpoint-type", "completions"]
+        argv += ["--streaming", "--tokenizer", str(tokenizer), "--isl", "128", "--osl", "64"]
+        argv += ["--request-count", str(requests), "--concurrency", str(c), "--warmup-request-count", "2"]
+        argv += ["--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--ui-type", "none"]
+        argv += ["--artifact-dir", str(art)]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        doc = json.loads(next(art.rglob("profile_export_aiperf.json")).read_text())
+        for tag in ("time_to_first_token", "inter_token_latency"):
+            if doc[tag].get("unit") != "ms":
+                raise SystemExit(f"AIPerf reported {tag} in {doc[tag].get('unit')}, not ms")
+        results.append(
+            {
+                "load": {"concurrency": c},
+                "ttft_ms": doc["time_to_first_token"],
+                "itl_ms": doc["inter_token_latency"],
+                "output_tokens_per_s": doc["output_token_throughput"]["avg"],
+                "requests_per_s": doc["request_throughput"]["avg"],
+            }
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"results": results}, indent=1))
+    return {"results": results}
+
+
 def row(doc: dict) -> dict[int, dict[str, float]]:
     """concurrency -> the figures of one bench run (results.json's `results`, one per level)."""
     out = {}
@@ -133,6 +174,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--aiperf", help="AIPerf's executable: also measure every server with it")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from pipeline.demo import write_checkpoint
@@ -161,6 +203,10 @@ def main() -> None:
             for name in order:
                 out = work / "runs" / f"{r}-{name}"
                 results[name].append(bench(servers[name], out, args.levels, args.requests, env, checkpoint))
+                if args.aiperf:
+                    tool = work / "runs" / f"{r}-{name}-aiperf"
+                    doc = aiperf(args.aiperf, servers[name], tool, args.levels, args.requests, checkpoint)
+                    results.setdefault(f"{name} (AIPerf)", []).append(doc)
         text = table(results)
         (work / "table.md").write_text(text + "\n")
         print(text)
