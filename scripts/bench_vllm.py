@@ -137,6 +137,64 @@ def aiperf(exe: str, url: str, out: Path, levels: str, requests: int, tokenizer:
     return {"results": results}
 
 
+def role(proc) -> str:
+    """What a process of a server's tree is, for the CPU table."""
+    try:
+        name, cmd = proc.name(), " ".join(proc.cmdline())
+    except Exception:  # it ended meanwhile
+        return "ended"
+    if "tritonserver" in name:
+        return "tritonserver"
+    if "triton_python_backend_stub" in cmd:
+        return "python stubs"
+    if "vllm_worker.py" in cmd or "EngineCore" in name or "EngineCore" in cmd:
+        return "vLLM engine"
+    if "api_server" in cmd:
+        return "vLLM API server"
+    if "gateway" in cmd:
+        return "gateway"
+    return "lpx serve"
+
+
+def cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of a server's process tree, by role."""
+    import psutil
+
+    out: dict[str, float] = {}
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return out
+    for proc in tree:
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        key = role(proc)
+        out[key] = out.get(key, 0.0) + t.user + t.system
+    return out
+
+
+def cpu_table(cpu: dict[str, list[dict]]) -> str:
+    """Per server, the CPU its tree spent per output token while it was measured (median over rounds), by
+    role, and what the idle servers spent meanwhile."""
+    lines = [
+        "| server | CPU ms per output token, by process | idle servers' CPU s during its runs |",
+        "|---|---|---|",
+    ]
+    for name, runs in cpu.items():
+        roles = sorted({k for r in runs for k in r["own"]})
+        own = ", ".join(
+            f"{k} {statistics.median(r['own'].get(k, 0.0) for r in runs) * 1000 / runs[0]['tokens']:.2f}"
+            for k in roles
+        )
+        total = statistics.median(sum(r["own"].values()) for r in runs) * 1000 / runs[0]["tokens"]
+        idle = statistics.median(r["idle"] for r in runs)
+        lines.append(f"| {name} | **{total:.2f}**: {own} | {idle:.1f} |")
+    return "\n".join(lines)
+
+
 def row(doc: dict) -> dict[int, dict[str, float]]:
     """concurrency -> the figures of one bench run (results.json's `results`, one per level)."""
     out = {}
@@ -197,17 +255,26 @@ def main() -> None:
         procs.append(proc)
         wait_ready(url, proc)
         servers["vllm-own"] = url
+        pids = {name: p.pid for name, p in zip(servers, procs, strict=True)}
+        cpu: dict[str, list[dict]] = {name: [] for name in servers}
         results: dict[str, list[dict]] = {name: [] for name in servers}
         for r in range(args.rounds):
             order = list(servers) if r % 2 == 0 else list(reversed(servers))
             for name in order:
                 out = work / "runs" / f"{r}-{name}"
+                before = {n: cpu_s(pid) for n, pid in pids.items()}
                 results[name].append(bench(servers[name], out, args.levels, args.requests, env, checkpoint))
+                after = {n: cpu_s(pid) for n, pid in pids.items()}
+                used = {n: {k: v - before[n].get(k, 0.0) for k, v in after[n].items()} for n in pids}
+                runs = results[name][-1]["results"]  # the warm-up requests ran too, as long
+                tokens = sum((r["succeeded"] + r["load"]["warmup"]) * r["osl"]["mean"] for r in runs)
+                idle = sum(sum(u.values()) for n, u in used.items() if n != name)
+                cpu[name].append({"own": used[name], "tokens": tokens, "idle": idle})
                 if args.aiperf:
                     tool = work / "runs" / f"{r}-{name}-aiperf"
                     doc = aiperf(args.aiperf, servers[name], tool, args.levels, args.requests, checkpoint)
                     results.setdefault(f"{name} (AIPerf)", []).append(doc)
-        text = table(results)
+        text = table(results) + "\n\n" + cpu_table(cpu)
         (work / "table.md").write_text(text + "\n")
         print(text)
     finally:
