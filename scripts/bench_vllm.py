@@ -153,7 +153,7 @@ def role(proc) -> str:
         return "vLLM API server"
     if "gateway" in cmd:
         return "gateway"
-    return "lpx serve"
+    return "other (lpx serve; vLLM's engine-core children)"
 
 
 def cpu_s(pid: int) -> dict[str, float]:
