@@ -224,3 +224,183 @@ def test_parameter_key_table_is_the_contracts(version) -> None:
     assert engine_repo.PARAMETER_KEYS[VERSIONS[version]] == {
         p["key"] for p in upstream(version)["parameters"]
     }
+
+
+# -- guided decoding: the xgrammar tokenizer info (tests/contracts/xgrammar_tokenizer_info.json) ------------
+XGR_CONTRACT = json.loads((ROOT / "tests/contracts/xgrammar_tokenizer_info.json").read_text())
+GUIDED_KEYS = {"guided_decoding_backend", "xgrammar_tokenizer_info_path"}
+
+
+def tokenizer_copy(src: Path, dest: Path, **generation) -> Path:
+    """A copy of the tokenizer folder, with a generation_config.json when `generation` is given."""
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    if generation:
+        (dest / "generation_config.json").write_text(json.dumps(generation))
+    return dest
+
+
+def test_guided_decoding_parameters_for_latest_only(built) -> None:
+    """latest: both parameters, the path absolute (as gpt_model_path) and naming the file LPX wrote beside
+    the engine; v0.16.0's backend lists neither parameter: none written, no file."""
+    version, dest, summary, _ = built
+    params = {k: v.string_value for k, v in parsed(dest, "tensorrt_llm").parameters.items()}
+    info = dest / "tensorrt_llm" / "1" / "xgrammar_tokenizer_info.json"
+    listed = {p["key"] for p in upstream(version)["parameters"]}
+    if version == "1.2":
+        assert GUIDED_KEYS <= listed
+        assert params["guided_decoding_backend"] == "xgrammar"
+        path = Path(params["xgrammar_tokenizer_info_path"])
+        assert path.is_absolute() and path == info.resolve() and path.is_file()
+        assert summary["guided_decoding"] == "xgrammar"
+    else:
+        assert not GUIDED_KEYS & listed
+        assert not GUIDED_KEYS & set(params) and not info.exists()
+        assert summary["guided_decoding"].startswith("off: ") and "0.16" in summary["guided_decoding"]
+
+
+def test_tokenizer_info_matches_contract(built, tokenizer_dir) -> None:
+    """The file has the contract's keys and types; entry i of encoded_vocab is token i as the tokenizer
+    stores it, tokenizer_str is its tokenizer.json, stop ids its eos id (no generation_config.json here)."""
+    from transformers import AutoTokenizer
+
+    version, dest, _, _ = built
+    if version != "1.2":
+        pytest.skip("only the latest backend reads the file")
+    raw = (dest / "tensorrt_llm" / "1" / "xgrammar_tokenizer_info.json").read_bytes()
+    info = json.loads(raw.decode("utf-8"))
+    keys = XGR_CONTRACT["format"]["keys"]
+    assert set(info) == set(keys)
+    assert isinstance(info["encoded_vocab"], list) and all(isinstance(t, str) for t in info["encoded_vocab"])
+    assert isinstance(info["tokenizer_str"], str)
+    assert info["stop_token_ids"] and all(type(i) is int for i in info["stop_token_ids"])
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert len(info["encoded_vocab"]) == len(tok)
+    assert info["encoded_vocab"] == tok.convert_ids_to_tokens(list(range(len(tok))))
+    assert json.loads(info["tokenizer_str"]) == json.loads(tok.backend_tokenizer.to_str())
+    assert info["stop_token_ids"] == [tok.eos_token_id]
+
+
+def test_tokenizer_info_round_trips_through_xgrammar(built, tokenizer_dir) -> None:
+    """As upstream's C++ consumer builds it (guidedDecoder.cpp): metadata detected from tokenizer_str,
+    TokenizerInfo(encoded_vocab, vocab_type, vocab size, stop ids, add_prefix_space). Its bytes per token
+    rebuild the tokenizer's text, and a JSON-schema grammar compiled on it accepts the tokenizer's own
+    ids of a valid answer, then ends on the stop id."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    version, dest, _, _ = built
+    if version != "1.2":
+        pytest.skip("only the latest backend reads the file")
+    info = json.loads((dest / "tensorrt_llm" / "1" / "xgrammar_tokenizer_info.json").read_text("utf-8"))
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    meta = xgr.TokenizerInfo._detect_metadata_from_hf(info["tokenizer_str"])
+    assert meta["vocab_type"] == xgr.VocabType.BYTE_LEVEL  # the demo tokenizer is byte-level BPE
+    xinfo = xgr.TokenizerInfo(
+        info["encoded_vocab"],
+        meta["vocab_type"],
+        vocab_size=len(tok),
+        stop_token_ids=info["stop_token_ids"],
+        add_prefix_space=meta["add_prefix_space"],
+    )
+    assert xinfo.stop_token_ids == info["stop_token_ids"]
+    decoded = xinfo.decoded_vocab
+    text = 'naïve {"city": "Zürich", "n": 42} 日本'
+    ids = tok.encode(text, add_special_tokens=False)
+    assert b"".join(decoded[i] for i in ids) == text.encode("utf-8")
+    special = set(tok.all_special_ids)
+    for i in range(len(tok)):
+        piece = tok.decode([i], clean_up_tokenization_spaces=False)
+        if i not in special and "\ufffd" not in piece:  # whole characters: bytes equal the text's
+            assert decoded[i] == piece.encode("utf-8"), i
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    compiled = xgr.GrammarCompiler(xinfo).compile_json_schema(json.dumps(schema), any_whitespace=False)
+    matcher = xgr.GrammarMatcher(compiled)
+    for i in tok.encode('{"n": 42}', add_special_tokens=False):
+        assert matcher.accept_token(i), tok.convert_ids_to_tokens(i)
+    assert not matcher.accept_token(tok.encode("x", add_special_tokens=False)[0])
+    assert matcher.accept_token(info["stop_token_ids"][0]) and matcher.is_terminated()
+
+
+def test_stop_ids_are_the_checkpoints_eos_ids(tmp_path, tokenizer_dir) -> None:
+    """generation_config.json's eos ids (an int or a list), then the tokenizer's: the ids preprocessing
+    ends requests on."""
+    from transformers import AutoTokenizer
+
+    from pipeline.runtime.model_args import end_ids
+    from pipeline.stages.repository import xgrammar_info
+
+    eos = AutoTokenizer.from_pretrained(tokenizer_dir).eos_token_id
+    folder = tokenizer_copy(tokenizer_dir, tmp_path / "tok", eos_token_id=[7, eos, 9])
+    info = json.loads(xgrammar_info.text(folder))
+    assert info["stop_token_ids"] == [7, eos, 9]
+    assert info["stop_token_ids"] == end_ids(folder, AutoTokenizer.from_pretrained(folder))
+
+
+def test_gateway_takes_guides_for_lpx_repository_only(built, tmp_path, tokenizer_dir) -> None:
+    """The gateway's engine_values on the repository's own tensorrt_llm config: an LPX `latest`
+    repository takes guides; v0.16.0 and a repository without the parameters (a tokenizer with no eos
+    id: LPX leaves guided decoding off and says why) are a 400 naming the fix."""
+    from transformers import AutoTokenizer
+
+    from pipeline.gateway.errors import ApiError
+    from pipeline.gateway.structured import Guide, engine_values
+    from pipeline.gateway.triton import ModelInfo
+
+    def model_info(dest: Path) -> ModelInfo:
+        conf = parsed(dest, "tensorrt_llm")
+        return ModelInfo(
+            {t.name: mc.DataType.Name(t.data_type)[5:] for t in conf.input},
+            {t.name for t in conf.output},
+            params={"tensorrt_llm": {k: v.string_value for k, v in conf.parameters.items()}},
+            backend=conf.backend,
+        )
+
+    guide = Guide("json_schema", '{"type":"object"}', "response_format.json_schema.schema")
+    version, dest, _, engine = built
+    if version == "1.2":
+        assert engine_values(guide, model_info(dest)) == guide.values()
+        tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+        tok.eos_token = None
+        tok.save_pretrained(tmp_path / "no_eos")
+        summary = repo_stage.write_repository(
+            tmp_path / "r", engine, make_cfg("1.2"), tokenizer_dir=tmp_path / "no_eos"
+        )
+        assert summary["guided_decoding"].startswith("off: ") and "eos_token_id" in summary["guided_decoding"]
+        assert not GUIDED_KEYS & set(parsed(tmp_path / "r", "tensorrt_llm").parameters)
+        with pytest.raises(ApiError, match="guided_decoding_backend parameter to xgrammar"):
+            engine_values(guide, model_info(tmp_path / "r"))
+    else:
+        with pytest.raises(ApiError, match="TensorRT-LLM 0.16"):
+            engine_values(guide, model_info(dest))
+
+
+def test_repository_key_follows_the_tokenizer_info(tmp_path, tokenizer_dir) -> None:
+    """The stage's key holds the sha256 of the tokenizer info it writes: a changed tokenizer (here its
+    eos ids) changes the key; the config.pbtxt in the key has a placeholder path."""
+    import hashlib
+
+    from pipeline.artifacts import Artifact, Store
+    from pipeline.cache_keys import make_key
+    from pipeline.progress import Reporter
+    from pipeline.stages.context import Context
+
+    cfg = make_cfg("1.2")
+    engine = Artifact(build_engine(tmp_path, "latest"), {"key": "e" * 16, "stage": "build"})
+    ckpt = tmp_path / "quantized"
+    tokenizer_copy(tokenizer_dir, ckpt / "tokenizer")
+    checkpoint = Artifact(ckpt, {"key": "q" * 16, "stage": "quantize"})
+    ctx = Context(cfg, Reporter(), Store(tmp_path / "home"))
+    first = repo_stage.inputs(ctx, cfg.variants[0], engine, checkpoint)
+    assert (
+        '"<repository>/tensorrt_llm/1/xgrammar_tokenizer_info.json"' in first["config.pbtxt"]["tensorrt_llm"]
+    )
+    repo_stage.run(ctx, cfg.variants[0], engine, checkpoint, tmp_path / "out")
+    written = (tmp_path / "out" / "tensorrt_llm" / "1" / "xgrammar_tokenizer_info.json").read_bytes()
+    assert first["xgrammar_tokenizer_info"] == hashlib.sha256(written).hexdigest()
+    assert make_key(repo_stage.inputs(ctx, cfg.variants[0], engine, checkpoint)) == make_key(first)
+    (ckpt / "tokenizer" / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 4]}))
+    second = repo_stage.inputs(ctx, cfg.variants[0], engine, checkpoint)
+    assert second["xgrammar_tokenizer_info"] != first["xgrammar_tokenizer_info"]
+    assert make_key(second) != make_key(first)

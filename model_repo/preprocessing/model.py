@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
-from pipeline.runtime.model_args import eos_ids_in, model_params, triton_error
+from pipeline.runtime.model_args import end_ids, model_params, triton_error
 from pipeline.runtime.tensors import VALIDATED_INPUTS
 from pipeline.runtime.validate import ALL_FEATURES, Limits, RequestError, check
 
@@ -51,15 +51,6 @@ def first_text(array) -> str:
     if not text.strip():
         raise ValueError("text_input is empty - send a non-empty prompt")
     return text
-
-
-def end_ids(folder: Path, tokenizer) -> list[int]:
-    """Every end-of-sequence id: generation_config.json's eos_token_id (an int or a list) first, then
-    config.json's and the tokenizer's; duplicates removed, order kept."""
-    ids = eos_ids_in(folder, "generation_config.json") + eos_ids_in(folder, "config.json")
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    return list(dict.fromkeys(i for i in ids if i >= 0))
 
 
 def prompt_ids(tokenizer, text: str, add_special_tokens: bool, chat: bool) -> list[int]:

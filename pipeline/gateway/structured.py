@@ -6,7 +6,8 @@ A guide is upstream's pair of guided-decoding inputs (tensorrtllm_backend's `gui
 and `guided_decoding_guide`: json, json_schema, regex, ebnf_grammar), the request language every target
 shares: the torch engine compiles it with xgrammar (pipeline/runtime/engines/grammar.py), the llmapi engine
 passes it to TensorRT-LLM's xgrammar backend as GuidedDecodingParams (llmapi_engine.py), the C++ backend
-with its own xgrammar when its config names `guided_decoding_backend` and `xgrammar_tokenizer_info_path`.
+with its own xgrammar when its config names `guided_decoding_backend` and `xgrammar_tokenizer_info_path`
+(LPX's repository stage writes both for the engine target: pipeline/stages/repository/xgrammar_info.py).
 A choice becomes a grammar of its literal strings. The gateway compiles each guide once without a
 tokenizer (xgrammar's parser), so a schema, regex or grammar it cannot enforce is a 400 naming the
 field before any engine work; a served model that cannot enforce one is a 400 naming the target and the
@@ -190,7 +191,9 @@ def engine_values(guide: Guide, info: Any) -> dict[str, str]:
             raise bad_request(
                 f"{guide.param} needs guided decoding, which the `engine` target's tensorrt_llm model has "
                 "off - set its guided_decoding_backend parameter to xgrammar and xgrammar_tokenizer_info_path "
-                "to the tokenizer's xgrammar info JSON, or serve the torch or llmapi target, or leave it out",
+                "to the tokenizer's xgrammar info JSON ('lpx repo' writes both for a TensorRT-LLM 1.x engine "
+                "whose tokenizer has a tokenizer.json and an eos id; its summary's guided_decoding says why "
+                "not), or serve the torch or llmapi target, or leave it out",
                 guide.param,
             )
     return guide.values()

@@ -40,6 +40,16 @@ def eos_ids_in(folder: Path, name: str) -> list[int]:
     return [eos] if isinstance(eos, int) else [e for e in (eos or []) if isinstance(e, int)]
 
 
+def end_ids(folder: Path, tokenizer) -> list[int]:
+    """Every end-of-sequence id: generation_config.json's eos_token_id (an int or a list) first, then
+    config.json's and the tokenizer's; duplicates removed, order kept. Preprocessing ends requests on
+    these; the engine target's xgrammar tokenizer info lists them as its stop ids."""
+    ids = eos_ids_in(folder, "generation_config.json") + eos_ids_in(folder, "config.json")
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return list(dict.fromkeys(i for i in ids if i >= 0))
+
+
 def triton_error(message: str, invalid: bool):
     """A TritonError; INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT) for a bad request, else INTERNAL."""
     import triton_python_backend_utils as pb_utils

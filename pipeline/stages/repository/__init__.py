@@ -4,13 +4,15 @@ key (`inputs`), its checks and its run:
   __init__.py       inputs / run / write_repository: what goes into each model's folder
   model_configs.py  the ModelConfig of LPX's python models and the ensemble, and their parameters
   engine_repo.py    the engine target's `tensorrt_llm` model (upstream's C++ tensorrtllm backend)
+  xgrammar_info.py  the engine target's xgrammar tokenizer info (guided decoding in the C++ backend)
   pbtxt.py          tensors from LPX's table into a ModelConfig; the config.pbtxt text
 
 Layout:
 
     preprocessing/   config.pbtxt, 1/model.py, 1/tokenizer/...
     tensorrt_llm/    config.pbtxt, 1/model.py (LPX's torch engine), 1/engine/... (hard links)
-                     - engine target: backend `tensorrtllm` (no model.py), see engine_repo.py
+                     - engine target: backend `tensorrtllm` (no model.py), see engine_repo.py;
+                       1/xgrammar_tokenizer_info.json where its backend version takes guides
                      - llmapi target: 1/model.py is model_repo/llmapi (tensorrt_llm.LLM), 1/engine the
                        llmapi build folder
     postprocessing/  config.pbtxt, 1/model.py, 1/tokenizer/...
@@ -19,9 +21,10 @@ Layout:
                      preprocessing, tensorrt_llm (streamed) and postprocessing itself
 
 Key: the build artifact's key, every config.pbtxt as it will be written (the engine target's absolute
-gpt_model_path left as a placeholder), the python models copied from model_repo/, and the code of the
-modules that write the configs. serving.max_tokens_cap, build.max_batch_size and the rest reach the
-key through the config.pbtxt texts they shape.
+gpt_model_path and xgrammar_tokenizer_info_path left as placeholders), the python models copied from
+model_repo/, the code of the modules that write the configs, and the sha256 of the engine target's
+xgrammar tokenizer info (its content: a tokenizer that changes changes the key). serving.max_tokens_cap,
+build.max_batch_size and the rest reach the key through the config.pbtxt texts they shape.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ...runtime.engines.llmapi_engine import read_build
 from ...runtime.engines.torch_engine import read_meta
 from ...runtime.engines.vllm_engine import read_build as read_vllm_build
 from ..context import Context
-from . import engine_repo
+from . import engine_repo, xgrammar_info
 from .model_configs import DECOUPLED, ENGINE_SOURCES, MODELS, SOURCES, model_config
 from .pbtxt import HEADER, text
 
@@ -50,6 +53,7 @@ CODE = (
     "pipeline.stages.repository.model_configs",
     "pipeline.stages.repository.engine_repo",
     "pipeline.stages.repository.pbtxt",
+    "pipeline.stages.repository.xgrammar_info",
     "pipeline.runtime.tensors",
     "pipeline.runtime.upstream_io",
     "pipeline.runtime.upstream_trtllm",
@@ -60,12 +64,15 @@ ENGINE_PATH_IN_KEY = Path("<repository>/tensorrt_llm/1/engine")  # where the eng
 @dataclass
 class Source:
     """What a repository is written from: the format and prompt limit the engine was built with, and
-    where the tokenizer files are."""
+    where the tokenizer files are; for the engine target, its xgrammar tokenizer info (JSON text), or
+    why guided decoding stays off."""
 
     fmt: str | None
     max_input_len: int
     tokenizer: Path
     tokenizer_hint: str | None
+    xgrammar: str | None = None
+    guides_off: str | None = None
 
 
 def check_llmapi(options: dict, cfg: Config) -> None:
@@ -147,14 +154,32 @@ def source(cfg: Config, engine_dir: Path, tokenizer_dir: Path | None = None) -> 
         if tokenizer_dir is None
         else f"No tokenizer files in {tokenizer_dir} - pass the folder that holds them"
     )
-    return Source(
+    src = Source(
         fmt, int(max_input_len), Path(tokenizer_dir) if tokenizer_dir is not None else engine_dir, hint
     )
+    if target == "engine":
+        src.xgrammar, src.guides_off = guides(cfg, src.tokenizer)
+    return src
+
+
+def guides(cfg: Config, tokenizer_dir: Path) -> tuple[str | None, str | None]:
+    """The engine target's xgrammar tokenizer info (JSON text) and, without one, why guided decoding
+    stays off (the gateway then answers guides with a 400 naming the parameters)."""
+    if not engine_repo.takes_guides(cfg):
+        return None, (
+            f"the TensorRT-LLM {cfg.build.trtllm_version} line's tensorrt_llm model has no guided decoding"
+        )
+    try:
+        return xgrammar_info.text(tokenizer_dir), None
+    except xgrammar_info.Unavailable as exc:
+        return None, exc.message
 
 
 def configs(cfg: Config, src: Source, engine_path: Path) -> dict[str, str]:
-    """model -> its config.pbtxt text (engine_path: the engine target's absolute copy of the engine)."""
-    return {model: text(model_config(model, cfg, engine_path, src.max_input_len)) for model in MODELS}
+    """model -> its config.pbtxt text (engine_path: the engine target's absolute copy of the engine; its
+    xgrammar tokenizer info lies beside it)."""
+    info = engine_path.parent / xgrammar_info.FILENAME if src.xgrammar is not None else None
+    return {model: text(model_config(model, cfg, engine_path, src.max_input_len, info)) for model in MODELS}
 
 
 def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: Path | None = None) -> dict:
@@ -182,6 +207,9 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
             files += copy_tokenizer(src.tokenizer, folder / "1" / "tokenizer", src.tokenizer_hint)
         if model == "tensorrt_llm":
             files += link_tree(engine_dir, folder / "1" / "engine")[0]
+            if src.xgrammar is not None:
+                (folder / "1" / xgrammar_info.FILENAME).write_text(src.xgrammar, encoding="utf-8")
+                files += 1
     summary = {
         "models": list(MODELS),
         "files": files,
@@ -192,6 +220,9 @@ def write_repository(dest: Path, engine_dir: Path, cfg: Config, tokenizer_dir: P
     if target == "engine":
         summary["backend"] = "tensorrtllm"
         summary["contract_version"] = trtllm.contract_version(cfg.build.trtllm_version)
+        summary["guided_decoding"] = (
+            engine_repo.GUIDED_DECODING_BACKEND if src.xgrammar is not None else f"off: {src.guides_off}"
+        )
     return summary
 
 
@@ -209,12 +240,15 @@ def inputs(ctx: Context, variant: Variant, engine: Artifact, checkpoint: Artifac
     cfg = ctx.cfg
     models = source_models()
     src = source(cfg, engine.path, tokenizer_of(cfg, checkpoint))
-    return {
+    key = {
         "engine_key": engine.key,
         "config.pbtxt": configs(cfg, src, ENGINE_PATH_IN_KEY),
         "model_repo": file_fingerprint(models) if models.is_dir() else {},
         "code": code_fingerprint(CODE),
     }
+    if src.xgrammar is not None:
+        key["xgrammar_tokenizer_info"] = xgrammar_info.digest(src.xgrammar)
+    return key
 
 
 def run(ctx: Context, variant: Variant, engine: Artifact, checkpoint: Artifact | None, out: Path) -> dict:

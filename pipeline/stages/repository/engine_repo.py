@@ -10,6 +10,10 @@ to its defaults); the contract's required ones (gpt_model_type, gpt_model_path) 
 gpt_model_path is the ABSOLUTE path of the repository's copy of the engine: the contract does not
 say the C++ backend resolves a relative path against the model folder (it is used as given, i.e.
 relative to tritonserver's working directory), so moving the repository means rerunning 'lpx repo'.
+
+Guided decoding: where the contract version's backend reads them (`latest`; the v0.16.0 backend has no
+such parameters), `guided_decoding_backend: xgrammar` and `xgrammar_tokenizer_info_path`, the ABSOLUTE
+path (as gpt_model_path) of the tokenizer info LPX writes beside the engine (xgrammar_info.py).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ DECOUPLED = True  # model_transaction_policy.decoupled: one response per generat
 STREAMING = True  # clients may send stream=true; the contract requires decoupled for it
 MAX_QUEUE_DELAY_MICROSECONDS = 0  # fill_template.py's implicit default
 MAX_QUEUE_SIZE = 0  # fill_template.py's implicit default
+GUIDED_DECODING_BACKEND = "xgrammar"  # the only value the C++ backend accepts (any other throws)
 # Structural data-type template variables (Triton enum names).
 DATA_TYPES = {
     "logits_datatype": "TYPE_FP32",
@@ -126,9 +131,15 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def parameters(cfg: Config, engine_path: Path) -> dict[str, str]:
+def takes_guides(cfg: Config) -> bool:
+    """Whether the targeted backend's tensorrt_llm model reads the guided-decoding parameters."""
+    return "guided_decoding_backend" in PARAMETER_KEYS[trtllm.contract_version(cfg.build.trtllm_version)]
+
+
+def parameters(cfg: Config, engine_path: Path, tokenizer_info: Path | None = None) -> dict[str, str]:
     """The tensorrt_llm model's parameters for cfg's contract version (only keys that version lists);
-    engine_path: the absolute path of the repository's copy of the engine."""
+    engine_path: the absolute path of the repository's copy of the engine; tokenizer_info: the absolute
+    path of the xgrammar tokenizer info (None: guided decoding stays off)."""
     version = trtllm.contract_version(cfg.build.trtllm_version)
     if BATCH_SCHEDULER_POLICY not in BATCH_SCHEDULER_POLICIES:
         raise LpxError(
@@ -149,6 +160,9 @@ def parameters(cfg: Config, engine_path: Path) -> dict[str, str]:
         "enable_kv_cache_reuse": _bool(ENABLE_KV_CACHE_REUSE),
         "exclude_input_in_output": _bool(EXCLUDE_INPUT_IN_OUTPUT),
     }
+    if tokenizer_info is not None:
+        params["guided_decoding_backend"] = GUIDED_DECODING_BACKEND
+        params["xgrammar_tokenizer_info_path"] = str(tokenizer_info)
     unknown = set(params) - PARAMETER_KEYS[version]
     if unknown:  # a programming error: never write a key the targeted backend does not read
         raise LpxError(f"tensorrt_llm parameters {sorted(unknown)} are not in backend {version}")
@@ -223,8 +237,8 @@ def check_engine(
         )
 
 
-def model_config(cfg: Config, engine_path: Path) -> mc.ModelConfig:
-    """The `tensorrt_llm` ModelConfig of the engine target."""
+def model_config(cfg: Config, engine_path: Path, tokenizer_info: Path | None = None) -> mc.ModelConfig:
+    """The `tensorrt_llm` ModelConfig of the engine target (tokenizer_info: see parameters)."""
     version = trtllm.contract_version(cfg.build.trtllm_version)
     mbs = cfg.build.max_batch_size
     conf = declare(
@@ -237,6 +251,6 @@ def model_config(cfg: Config, engine_path: Path) -> mc.ModelConfig:
     conf.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_MICROSECONDS
     conf.dynamic_batching.default_queue_policy.max_queue_size = MAX_QUEUE_SIZE
     conf.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
-    for key, value in parameters(cfg, engine_path).items():
+    for key, value in parameters(cfg, engine_path, tokenizer_info).items():
         conf.parameters[key].string_value = value
     return conf

@@ -135,12 +135,18 @@ def parameters(model: str, cfg: Config, max_input_len: int | None = None) -> dic
 
 
 def model_config(
-    model: str, cfg: Config, engine_path: Path | None = None, max_input_len: int | None = None
+    model: str,
+    cfg: Config,
+    engine_path: Path | None = None,
+    max_input_len: int | None = None,
+    tokenizer_info: Path | None = None,
 ) -> mc.ModelConfig:
-    """The `ModelConfig` message of one of MODELS (engine_path: the engine target's copy of the engine)."""
+    """The `ModelConfig` message of one of MODELS (engine_path: the engine target's copy of the engine;
+    tokenizer_info: its xgrammar tokenizer info, None to leave guided decoding off)."""
     engine = cfg.build.target == "engine"
     if engine and model == "tensorrt_llm":
-        return engine_repo.model_config(cfg, engine_path if engine_path is not None else Path("1/engine"))
+        path = engine_path if engine_path is not None else Path("1/engine")
+        return engine_repo.model_config(cfg, path, tokenizer_info)
     version = request_version(cfg)
     if model in ("ensemble", "tensorrt_llm_bls"):
         ins, outs = request_specs(model, version, "in"), request_specs(model, version, "out")
