@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .engines.base import ENGINE_OPTIONS
 from .model_args import cancelled, eos_ids_in, model_params, triton_error
 from .tensors import LPX_TRTLLM, TRTLLM_IO
 from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
@@ -43,15 +44,7 @@ ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"]) + tuple(
 )
 # Honoured here for every engine: counts and timestamps the model itself measures.
 MODEL_FEATURES = frozenset({"return_num_input_tokens", "return_perf_metrics"})
-# Engine option -> the request input it comes from (passed to submit() only when the engine honours it)
-ENGINE_OPTIONS = (
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "min_tokens",
-    "return_log_probs",
-    "top_log_probs_k",
-)
+# ENGINE_OPTIONS (engines/base.py): request inputs passed to submit() only when the engine honours them
 
 # Upstream's guided-decoding inputs (strings), passed to submit() when the engine honours them
 GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")

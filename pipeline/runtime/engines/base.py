@@ -12,6 +12,16 @@ from typing import Any
 
 from ...errors import LpxError
 
+# Request options (pipeline/runtime/validate.py's names) an engine may honour beyond the defaults, as
+# engine_model.py passes them to submit(); the llmapi and vllm engines honour all of them (SamplingParams)
+ENGINE_OPTIONS = (
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_tokens",
+    "return_log_probs",
+    "top_log_probs_k",
+)
 DONE = object()  # queue sentinel: the request ended without a final output (cancelled, engine closed)
 
 

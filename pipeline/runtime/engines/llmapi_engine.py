@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ...errors import LpxError
-from .base import DONE, DeltaStream, Engine, Request, greedy
+from .base import DONE, ENGINE_OPTIONS, DeltaStream, Engine, Request, greedy
 from .guides import OPTIONS as GUIDE_OPTIONS
 from .guides import ebnf, requested
 
@@ -135,16 +135,7 @@ class LlmApiEngine(Engine):
     # (return_log_probs: SamplingParams.logprobs=1, the sampled token's log prob per output token;
     # top_log_probs_k: logprobs=k, the k best per token; seed: SamplingParams.seed); the guide inputs:
     # SamplingParams.guided_decoding (`guided`)
-    SUPPORTED = frozenset(
-        {
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-            "min_tokens",
-            "return_log_probs",
-            "top_log_probs_k",
-        }
-    ) | frozenset(GUIDE_OPTIONS)
+    SUPPORTED = frozenset(ENGINE_OPTIONS) | frozenset(GUIDE_OPTIONS)
 
     def __init__(self, folder: Path) -> None:
         try:

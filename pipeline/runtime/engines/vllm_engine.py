@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import LpxError
-from .base import DONE, DeltaStream, Engine, Request, greedy
+from .base import DONE, ENGINE_OPTIONS, DeltaStream, Engine, Request, greedy
 from .guides import OPTIONS as GUIDE_OPTIONS
 from .guides import ebnf, requested
 
@@ -151,17 +151,7 @@ class VllmEngine(Engine):
     """vLLM's AsyncLLM in its own process (vllm_worker.py); `submit` as TorchEngine's."""
 
     TARGET = "vllm"
-    SUPPORTED = frozenset(
-        {
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-            "min_tokens",
-            "return_log_probs",
-            "top_log_probs_k",
-            *GUIDE_OPTIONS,
-        }
-    )
+    SUPPORTED = frozenset(ENGINE_OPTIONS) | frozenset(GUIDE_OPTIONS)
 
     def __init__(self, folder: Path, python: str | None = None) -> None:
         self.folder = Path(folder)
