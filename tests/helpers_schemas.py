@@ -44,3 +44,28 @@ def _object(rng: random.Random, depth: int) -> dict:
 def schemas(n: int = 20, seed: int = 27) -> list[dict]:
     rng = random.Random(seed)
     return [_object(rng, 2) for _ in range(n)]
+
+
+def assert_schema_answers(client, model: str, max_tokens: int = 400, n: int = 20) -> None:
+    """The openai SDK `client` asks the n generated schemas (strict json_schema, sampled, seeded, 4 at a
+    time) of `model`: each answer must end by itself (finish_reason stop) and validate against its schema."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jsonschema
+
+    user = [{"role": "user", "content": "Answer in JSON."}]
+
+    def ask(i_schema):
+        i, schema = i_schema
+        rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+        out = client.chat.completions.create(
+            model=model, messages=user, max_tokens=max_tokens, response_format=rf, temperature=1.0, seed=i
+        )
+        return schema, out.choices[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, enumerate(schemas(n))))
+    for schema, choice in answers:
+        assert choice.finish_reason == "stop", (schema, choice.message.content)
+        jsonschema.validate(json.loads(choice.message.content), schema)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers_schemas import schemas
+from helpers_schemas import assert_schema_answers, schemas
 
 from pipeline.gateway.errors import ApiError
 from pipeline.gateway.structured import Guide, choice_grammar, engine_values, from_structured_outputs
@@ -150,17 +149,7 @@ def _chat(client, **kw):
 @pytest.mark.triton
 @pytest.mark.slow
 def test_twenty_generated_schemas_are_answered_valid(client) -> None:
-    def ask(i_schema):
-        i, schema = i_schema
-        rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
-        out = _chat(client, response_format=rf, temperature=1.0, seed=i)
-        return schema, out.choices[0]
-
-    with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(ask, enumerate(schemas())))
-    for schema, choice in answers:
-        assert choice.finish_reason == "stop", (schema, choice.message.content)
-        jsonschema.validate(json.loads(choice.message.content), schema)
+    assert_schema_answers(client, MODEL, MAX_TOKENS)
 
 
 @pytest.mark.triton
