@@ -65,7 +65,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    engine_dir = args.engine_dir or next(demo_dir().glob("**/lpx_engine.json")).parent
+    found = args.engine_dir or next((f.parent for f in demo_dir().glob("**/lpx_engine.json")), None)
+    if found is None:
+        raise SystemExit(
+            f"no torch engine under {demo_dir()} - run 'make demo' first, or pass --engine-dir with a torch "
+            "build folder (one holding lpx_engine.json)"
+        )
+    engine_dir = found
     with TorchEngine(engine_dir) as engine:
         prompt = [5, 6, 7, 8]
         round_(engine, prompt, 2, 8, True)  # warm-up: the compiler and the first grammar
