@@ -8,6 +8,7 @@ transformers, so the gateway and the vllm target use it as the torch target's gr
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from ...errors import LpxError
@@ -59,6 +60,7 @@ def requested(options: dict) -> tuple[str, str] | None:
     return guide_type, guide
 
 
+@lru_cache(maxsize=256)  # the same schema, asked again and again, is converted once
 def ebnf(guide_type: str, guide: str) -> str:
     """The guide as one EBNF grammar (xgrammar's dialect, which vLLM's xgrammar backend compiles): JSON
     compact as on the torch target, a schema strict and with JSON string characters (schema_ebnf); a
