@@ -37,6 +37,14 @@ def reason(exc: Exception) -> str:
     return re.sub(r"^\[[0-9:]+\] \S+:\d+: ", "", text)[:300]
 
 
+def check_type(guide_type: str) -> None:
+    """A LpxError naming the types there are, for one that is not one of them."""
+    if guide_type not in GUIDE_TYPES:
+        raise LpxError(
+            f"guided_decoding_guide_type {guide_type!r} is not supported - send one of {', '.join(GUIDE_TYPES)}"
+        )
+
+
 def requested(options: dict) -> tuple[str, str] | None:
     """(guide type, guide text) of a request's options, None when unguided; a LpxError naming the fix
     for a guide without its type, an unknown type, a missing text, or min_tokens beside a guide."""
@@ -46,10 +54,7 @@ def requested(options: dict) -> tuple[str, str] | None:
             raise LpxError("guided_decoding_guide needs guided_decoding_guide_type - send both")
         return None
     guide_type, guide = str(guide_type), str(options.get("guided_decoding_guide") or "")
-    if guide_type not in GUIDE_TYPES:
-        raise LpxError(
-            f"guided_decoding_guide_type {guide_type!r} is not supported - send one of {', '.join(GUIDE_TYPES)}"
-        )
+    check_type(guide_type)
     if guide_type != "json" and not guide:
         raise LpxError(f"guided_decoding_guide is missing - a {guide_type} guide needs its text")
     if int(options.get("min_tokens") or 0) > 0:
@@ -67,10 +72,7 @@ def ebnf(guide_type: str, guide: str) -> str:
     LpxError naming the fix when it does not parse."""
     import xgrammar as xgr
 
-    if guide_type not in GUIDE_TYPES:
-        raise LpxError(
-            f"guided_decoding_guide_type {guide_type!r} is not supported - send one of {', '.join(GUIDE_TYPES)}"
-        )
+    check_type(guide_type)
     try:
         if guide_type == "json":
             return str(xgr.Grammar.builtin_json_grammar())
