@@ -45,15 +45,16 @@ def stdout_console() -> Console:
 
 
 def quiet_libraries() -> None:
-    """Keep transformers' own progress bars and deprecation chatter off LPX's terminal output."""
+    """Keep transformers' own progress bars and deprecation chatter off LPX's terminal output. Through
+    the environment, which transformers reads when it is first imported, so that a run whose stages are
+    all cached imports no transformers (and no torch) at all; a transformers already imported is told
+    directly."""
     import os
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    except ImportError:
-        pass

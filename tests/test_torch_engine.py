@@ -11,7 +11,8 @@ import pytest
 from helpers_engine import reference_greedy
 
 from pipeline.errors import LpxError
-from pipeline.runtime.engines.torch_engine import TorchEngine, read_meta
+from pipeline.runtime.engines.torch_engine import TorchEngine
+from pipeline.runtime.engines.torch_meta import read_meta
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories"]

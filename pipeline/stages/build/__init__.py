@@ -34,7 +34,7 @@ from .trtllm_build import key_argv
 CODE = {
     "engine": ("pipeline.stages.build.engine_target", "pipeline.stages.build.trtllm_build"),
     "llmapi": ("pipeline.stages.build.llmapi",),
-    "torch": ("pipeline.stages.build.torch_target",),
+    "torch": ("pipeline.stages.build.torch_target", "pipeline.runtime.engines.torch_meta"),
     "vllm": ("pipeline.stages.build.vllm_target",),
 }
 NEEDS = {"engine": "trtllm/config.json", "torch": f"state/{STATE_FILE}"}  # llmapi.write_llmapi checks its own

@@ -11,7 +11,7 @@ from ...artifacts import Artifact, link_tree
 from ...config import Config, Variant
 from ...errors import LpxError
 from ...facts.formats import CUDA_ONLY
-from ...runtime.engines.torch_engine import META_FILE
+from ...runtime.engines.torch_meta import META_FILE
 from ..quantize.model_io import STATE_FILE
 
 TOKENS_PER_BLOCK = 32  # LPX's KV-cache block size, the same for the engine target's trtllm-build

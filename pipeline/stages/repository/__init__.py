@@ -41,7 +41,7 @@ from ...errors import LpxError
 from ...facts import trtllm
 from ...inspection.checkpoint import TOKENIZER_FILES
 from ...runtime.engines.llmapi_engine import read_build
-from ...runtime.engines.torch_engine import read_meta
+from ...runtime.engines.torch_meta import read_meta
 from ...runtime.engines.vllm_engine import read_build as read_vllm_build
 from ..context import Context
 from . import engine_repo, xgrammar_info
@@ -53,6 +53,7 @@ CODE = (
     "pipeline.stages.repository.model_configs",
     "pipeline.stages.repository.engine_repo",
     "pipeline.stages.repository.pbtxt",
+    "pipeline.stages.repository.proto",
     "pipeline.stages.repository.xgrammar_info",
     "pipeline.runtime.tensors",
     "pipeline.runtime.upstream_io",

@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 from ...config import Config
 from ...errors import LpxError
 from ...facts import trtllm
 from ...runtime.tensors import TRTLLM_IO, trtllm_specs
 from .pbtxt import declare
+from .proto import mc
 
 # Knobs (module constants for now; to move into lpx.yaml's config later).
 KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 from ...config import Config
 from ...facts import trtllm
 from ...runtime.tensors import (
@@ -30,6 +28,7 @@ from ..build.llmapi import CHECKPOINT_DIR as LLMAPI_CHECKPOINT
 from ..build.vllm_target import CHECKPOINT_DIR as VLLM_CHECKPOINT
 from . import engine_repo
 from .pbtxt import declare
+from .proto import mc
 
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
 # model -> its code in model_repo/; tensorrt_llm's depends on the target (the engine target's is C++, no code)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from ...runtime.tensors import Spec
+from .proto import mc
 
 HEADER = (
     "# Written by LPX (pipeline/stages/repository/): change lpx.yaml and rerun 'lpx repo', not this file.\n"
