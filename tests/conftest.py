@@ -3,6 +3,8 @@ gets its own LPX_HOME, so no test sees another's state."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 
@@ -11,6 +13,17 @@ def isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "lpx_home"
     monkeypatch.setenv("LPX_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def default_sigint():
+    """SIGINT as Python installs it in an interactive process (KeyboardInterrupt), restored afterwards.
+    A suite started with SIGINT ignored (`nohup make test`, some CI runners) inherits SIG_IGN: Python then
+    keeps it, `_thread.interrupt_main()` does nothing and a handler restored on exit is SIG_IGN. A test
+    that depends on Ctrl-C's behaviour takes this fixture instead of the runner's disposition."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -181,7 +181,7 @@ def test_broken_config_shows_parse_error(tmp_path):
 
 
 @pytest.mark.triton
-def test_serve_forever_returns_on_signal_and_raises_on_death(tmp_path):
+def test_serve_forever_returns_on_signal_and_raises_on_death(tmp_path, default_sigint):
     with serve.TritonServer(write_repo(tmp_path / "repo"), ready_timeout_s=60) as srv:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
         serve.serve_forever(srv, poll_s=0.1)  # returns instead of raising KeyboardInterrupt

@@ -258,7 +258,7 @@ def test_run_build_timeout_kills_process_group(tmp_path, sleeping_build):
     assert not (tmp_path / "engine").exists()
 
 
-def test_run_build_keyboard_interrupt_kills_child(tmp_path, sleeping_build):
+def test_run_build_keyboard_interrupt_kills_child(tmp_path, sleeping_build, default_sigint):
     argv, pidfile = sleeping_build
 
     def interrupt(line: str) -> None:  # raised in the reader thread: emulate Ctrl-C in the main thread
