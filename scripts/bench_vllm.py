@@ -14,6 +14,14 @@ With `--aiperf PATH` (NVIDIA's AIPerf, `pip install aiperf==0.13.0` in a venv of
 dependencies are not LPX's), each round also runs `aiperf profile` at each level on each server, the same
 input / output lengths (output forced with `--extra-inputs ignore_eos:true`, counted by the server), and
 the table gets an AIPerf block beside `lpx bench`'s.
+
+`--checkpoint DIR` measures another Hugging Face checkpoint instead of the demo's tiny model (the
+real-model example's, say). `--trace` starts LPX's servers with LPX_TRACE (pipeline/trace.py) and, after
+the rounds, sends streamed completions at each level and prints where the median token spent its time in
+each hop (engine core -> vLLM worker -> the stub's reader -> the request's thread -> Triton's sender ->
+the gateway -> the client); `--no-bench` skips the rounds, `--servers` picks the servers.
+
+    .venv/bin/python scripts/bench_vllm.py --out /tmp/trace --trace --no-bench --servers lpx-vllm
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ def config(work: Path, checkpoint: Path, target: str, port: int) -> Path:
     from pipeline.demo import demo_config_dict
 
     data = demo_config_dict(str(checkpoint))
+    data["model"]["name"] = checkpoint.name.lower().replace("_", "-")
     data["variants"] = [{"name": "bf16", "quantization": {"format": "none"}}]
     data["build"]["target"] = target
     data["serving"].update(ready_timeout_s=900, openai={"port": port})
@@ -67,6 +76,121 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 900) -> None
         except OSError:
             time.sleep(2)
     raise SystemExit(f"{url}: not ready after {timeout_s:.0f} s")
+
+
+HOPS = (  # (name, from, to): the trace's points in the order a token passes them
+    ("engine core -> worker sent", "core", "worker"),
+    ("worker -> stub's reader", "worker", "reader"),
+    ("reader -> request thread", "reader", "taken"),
+    ("request thread -> Triton send", "taken", "stub"),
+    ("Triton send -> gateway got", "stub", "gateway"),
+    ("gateway got -> client got", "gateway", "client"),
+)
+
+
+def traced_requests(url: str, c: int, n: int, prompt: str, max_tokens: int) -> list[dict]:
+    """`n` streamed completions, `c` at a time: per request its response id and each chunk's receipt
+    (CLOCK_MONOTONIC, the trace's clock)."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url)
+    model = served_model(url)
+    body = json.dumps(
+        {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "temperature": 0}
+    )
+
+    def one(_: int) -> dict:
+        conn = http.client.HTTPConnection(host.hostname, host.port, timeout=600)
+        sent = time.monotonic()
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        rid, chunks = None, []
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            doc = json.loads(line[6:])
+            rid = rid or doc.get("id")
+            if any(choice.get("text") for choice in doc.get("choices", [])):
+                chunks.append(time.monotonic())
+        conn.close()
+        return {"id": rid, "sent": sent, "chunks": chunks}
+
+    with ThreadPoolExecutor(c) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def timeline(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, list[float]]:
+    """hop name -> the milliseconds each token of `requests` spent in it (joined on request and tokens so
+    far; the client's k-th chunk with text is the gateway's k-th response with tokens)."""
+    by = lambda hop, key="id": {(r[key], r["n"]): r for r in records.get(hop, [])}  # noqa: E731
+    worker, reader, taken, stub = by("worker"), by("reader"), by("taken"), by("stub", "tid")
+    gateway = {}
+    for r in records.get("gateway", []):
+        gateway.setdefault(r["id"], []).append(r)
+    spent: dict[str, list[float]] = {name: [] for name, _, _ in HOPS}
+    spent["engine core -> client (first token)"], spent["engine core -> client (later tokens)"] = [], []
+    for req in requests:
+        if not req["id"]:
+            continue
+        tid = "req-" + req["id"].split("-", 1)[1]
+        got, last = [], 0
+        for r in sorted(gateway.get(tid, []), key=lambda r: r["t"]):
+            if r["n"] > last:  # an empty (final) response carries no token
+                got.append(r)
+                last = r["n"]
+        for k, g in enumerate(got):
+            n = g["n"]
+            s = stub.get((tid, n))
+            rid = s["id"] if s else None
+            points = {
+                "core": (worker.get((rid, n)) or {}).get("core"),
+                "worker": (worker.get((rid, n)) or {}).get("t"),
+                "reader": (reader.get((rid, n)) or {}).get("t"),
+                "taken": (taken.get((rid, n)) or {}).get("t"),
+                "stub": s["t"] if s else None,
+                "gateway": g["t"],
+                "client": req["chunks"][k] if k < len(req["chunks"]) else None,
+            }
+            for name, a, b in HOPS:
+                if points[a] is not None and points[b] is not None:
+                    spent[name].append((points[b] - points[a]) * 1000)
+            if points["core"] is not None and points["client"] is not None:
+                key = "first token" if k == 0 else "later tokens"
+                spent[f"engine core -> client ({key})"].append((points["client"] - points["core"]) * 1000)
+    return spent
+
+
+def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]]) -> str:
+    """Per hop, the median (p90) milliseconds a token spent in it at each concurrency."""
+    head = " | ".join(f"c={c} p50 (p90) ms" for c in levels)
+    lines = [f"| hop | {head} |", "|---" * (len(levels) + 1) + "|"]
+    for name in spent[levels[0]]:
+        cells = []
+        for c in levels:
+            vals = sorted(spent[c][name])
+            if not vals:
+                cells.append("-")
+                continue
+            p90 = vals[min(len(vals) - 1, int(0.9 * len(vals)))]
+            cells.append(f"{statistics.median(vals):.2f} ({p90:.2f})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def trace_run(url: str, folder: Path, levels: str, prompt: str) -> str:
+    from pipeline import trace
+
+    spent = {}
+    wanted = [int(x) for x in levels.split(",")]
+    traced_requests(url, 1, 2, prompt, 8)  # warm-up
+    for c in wanted:
+        done = traced_requests(url, c, max(2 * c, 4), prompt, 64)
+        time.sleep(0.5)  # the hops' last lines reach their files
+        spent[c] = timeline(trace.read(folder), done)
+    return trace_table(wanted, spent)
 
 
 def start_lpx(cfg: Path, port: int, log: Path, env: dict) -> tuple[str, subprocess.Popen]:
@@ -233,32 +357,57 @@ def main() -> None:
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--aiperf", help="AIPerf's executable: also measure every server with it")
+    ap.add_argument(
+        "--checkpoint", type=Path, help="a Hugging Face checkpoint (default: the demo's tiny one)"
+    )
+    ap.add_argument("--trace", action="store_true", help="the per-hop timeline of LPX's servers (LPX_TRACE)")
+    ap.add_argument(
+        "--no-bench", action="store_true", help="skip the rounds (with --trace: the timeline only)"
+    )
+    ap.add_argument("--servers", default="lpx-vllm,lpx-torch,vllm-own", help="which servers to start")
     args = ap.parse_args()
+    chosen = set(args.servers.split(","))
+    if not chosen <= {"lpx-vllm", "lpx-torch", "vllm-own"}:
+        raise SystemExit(f"--servers: {args.servers} - choose among lpx-vllm, lpx-torch, vllm-own")
     sys.path.insert(0, str(ROOT))
     from pipeline.demo import write_checkpoint
 
     work = args.out.resolve()
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "LPX_HOME": str(work / "home")}
-    checkpoint = work / "checkpoint"
+    checkpoint = args.checkpoint.resolve() if args.checkpoint else work / "checkpoint"
     if not checkpoint.is_dir():
+        if args.checkpoint:
+            raise SystemExit(f"--checkpoint {checkpoint}: no such folder")
         write_checkpoint(checkpoint)
-    procs, servers = [], {}
+    procs, servers, traces = [], {}, {}
     try:
         for target in ("vllm", "torch"):
+            if f"lpx-{target}" not in chosen and not (target == "vllm" and "vllm-own" in chosen):
+                continue
             port = free_port()
-            url, proc = start_lpx(config(work, checkpoint, target, port), port, work / f"{target}.log", env)
+            served_env = dict(env)
+            if args.trace:
+                traces[f"lpx-{target}"] = work / "trace" / target
+                shutil.rmtree(traces[f"lpx-{target}"], ignore_errors=True)
+                served_env["LPX_TRACE"] = str(traces[f"lpx-{target}"])
+            cfg = config(work, checkpoint, target, port)
+            if f"lpx-{target}" not in chosen:  # vLLM's own server needs the vllm build only
+                subprocess.run([str(LPX), "build", "-c", str(cfg)], check=True, env=env)
+                continue
+            url, proc = start_lpx(cfg, port, work / f"{target}.log", served_env)
             procs.append(proc)
             wait_ready(url, proc)
             servers[f"lpx-{target}"] = url
-        url, proc = start_vllm_own(env, work / "vllm-own.log")
-        procs.append(proc)
-        wait_ready(url, proc)
-        servers["vllm-own"] = url
+        if "vllm-own" in chosen:
+            url, proc = start_vllm_own(env, work / "vllm-own.log")
+            procs.append(proc)
+            wait_ready(url, proc)
+            servers["vllm-own"] = url
         pids = {name: p.pid for name, p in zip(servers, procs, strict=True)}
         cpu: dict[str, list[dict]] = {name: [] for name in servers}
         results: dict[str, list[dict]] = {name: [] for name in servers}
-        for r in range(args.rounds):
+        for r in range(0 if args.no_bench else args.rounds):
             order = list(servers) if r % 2 == 0 else list(reversed(servers))
             for name in order:
                 out = work / "runs" / f"{r}-{name}"
@@ -274,7 +423,11 @@ def main() -> None:
                     tool = work / "runs" / f"{r}-{name}-aiperf"
                     doc = aiperf(args.aiperf, servers[name], tool, args.levels, args.requests, checkpoint)
                     results.setdefault(f"{name} (AIPerf)", []).append(doc)
-        text = table(results) + "\n\n" + cpu_table(cpu)
+        text = "" if args.no_bench else table(results) + "\n\n" + cpu_table(cpu)
+        prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 12)
+        for name, folder in traces.items():
+            text += f"\n\n{name}: where a token waits (LPX_TRACE)\n\n"
+            text += trace_run(servers[name], folder, args.levels, prompt)
         (work / "table.md").write_text(text + "\n")
         print(text)
     finally:

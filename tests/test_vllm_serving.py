@@ -115,6 +115,9 @@ def server(built, offline):  # after the offline run has started: the two vLLM s
     _, _, repo, root = built
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LPX_HOME", str(root / "home"))
+        # the serving trace on (pipeline/trace.py): Triton's stubs, vLLM's worker and the gateway (started
+        # inside this context) write their hops; test_the_trace_follows_each_token_through_every_hop reads them
+        mp.setenv("LPX_TRACE", str(root / "trace"))
         srv = TritonServer(repo, log_path=root / "triton.log", ready_timeout_s=900)
         t0 = time.monotonic()
         try:
@@ -314,3 +317,33 @@ def test_top_logprobs_seeds_and_n_on_vllm(client) -> None:
     )
     assert [c.index for c in three.choices] == [0, 1, 2]
     assert [c.finish_reason for c in three.choices] == ["length"] * 3 and three.usage.completion_tokens == 18
+
+
+def test_the_trace_follows_each_token_through_every_hop(client, built) -> None:
+    """LPX_TRACE through the real hops: one streamed completion's tokens appear at every hop, joined as
+    scripts/bench_vllm.py joins them, each hop later than the one before it (one machine, one clock)."""
+    import importlib.util
+    from pathlib import Path
+
+    from pipeline import trace
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_vllm", Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    chunks, rid = [], None
+    for event in client.completions.create(
+        model=MODEL, prompt="Bread is made", max_tokens=12, temperature=0, stream=True
+    ):
+        rid = rid or event.id
+        if event.choices and event.choices[0].text:
+            chunks.append(time.monotonic())
+    time.sleep(0.5)  # the hops' last lines reach their files
+    records = trace.read(built[3] / "trace")
+    assert {"worker", "reader", "taken", "stub", "gateway"} <= set(records), sorted(records)
+    spent = bench.timeline(records, [{"id": rid, "sent": 0.0, "chunks": chunks}])
+    for name, _, _ in bench.HOPS:
+        assert spent[name], f"no token joined across '{name}'"
+        assert min(spent[name]) >= 0, (name, spent[name])
+    assert len(spent["engine core -> client (later tokens)"]) >= 1

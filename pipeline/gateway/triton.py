@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import trace
+
 ENGINE = "tensorrt_llm"
 PACK = {"INT32": "<i", "FP32": "<f", "UINT64": "<Q", "INT64": "<q", "BOOL": "<?"}
 CHANNEL_OPTIONS = [
@@ -225,6 +227,7 @@ class Triton:
 
         call = self._infer(req, timeout=timeout_s or self.timeout_s)
         finished = False
+        got = 0  # tokens so far (the trace's join key)
         try:
             while True:
                 msg = await call.read()
@@ -233,6 +236,9 @@ class Triton:
                 if msg.error_message:
                     raise EngineError(msg.error_message, invalid=_invalid(msg.error_message))
                 delta = _delta(msg.infer_response)
+                if trace.ON:
+                    got += len(delta.ids)
+                    trace.mark("gateway", id=req.id, n=got)
                 finished = delta.final
                 yield delta
                 if finished:

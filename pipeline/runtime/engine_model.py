@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import trace
 from .engines.base import ENGINE_OPTIONS
 from .model_args import cancelled, eos_ids_in, model_params, triton_error
 from .tensors import LPX_TRTLLM, TRTLLM_IO
@@ -258,6 +259,7 @@ class GenerationModel:
             "exclude_input": scalar(request, "exclude_input_in_output", self.exclude_input, bool),
             "stops": words(request, "stop_words_list"),
             "count_input": scalar(request, "return_num_input_tokens", False, bool),
+            "tid": request.request_id() if trace.ON else None,
             "perf": {"arrival_time_ns": time.time_ns()}
             if scalar(request, "return_perf_metrics", False, bool)
             else None,
@@ -330,6 +332,8 @@ class GenerationModel:
             pending = tokens[sent:]
             if not ready(self.tokenizer, pending, final):
                 continue  # hold: the last character is not complete yet
+            if trace.ON:  # just before Triton's response sender
+                trace.mark("stub", id=stream.request_id, tid=job["tid"], n=len(tokens))
             self._send(sender, pending, final, job, logprobs=self._logprobs(stream, sent, len(tokens)))
             sent = len(tokens)
             if final:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import trace
 from ...errors import LpxError
 
 # Request options (pipeline/runtime/validate.py's names) an engine may honour beyond the defaults, as
@@ -64,6 +65,8 @@ class DeltaStream:
         delta = generated[len(self.tokens) :]
         self.tokens = list(generated)
         self.finished = done
+        if trace.ON:  # the request's thread took the delta off the engine's queue
+            trace.mark("taken", id=self.request_id, n=len(self.tokens))
         return delta
 
     def cancel(self) -> None:

@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ... import trace
 from ...errors import LpxError
 from .base import DONE, ENGINE_OPTIONS, DeltaStream, Engine, Request, greedy
 from .guides import OPTIONS as GUIDE_OPTIONS
@@ -233,6 +234,8 @@ class VllmEngine(Engine):
         # stream.result: everything generated so far, its log probs and alternatives (the worker sends deltas)
         tokens, logprobs, top = stream.result or ([], [], [])
         tokens, logprobs = tokens + message["t"], logprobs + message.get("lp", [])
+        if trace.ON:  # the reader thread has the worker's line
+            trace.mark("reader", id=message["id"], n=len(tokens))
         top = top + [(ids, values) for ids, values in message.get("top", [])]
         stream.result = tokens, logprobs, top
         item: tuple = (tokens, bool(message["d"]))

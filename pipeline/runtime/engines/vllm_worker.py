@@ -32,6 +32,20 @@ from pathlib import Path
 MODEL_FILE = "lpx_vllm.json"  # the same name as vllm_engine.MODEL_FILE (this file imports nothing of LPX)
 STATS_PERIOD_S = 0.05
 TIMESTAMP_FORMAT = "%m-%d-%Y %H:%M:%S.%f"  # IterationStats.timestamp, as TensorRT-LLM's executor writes it
+TRACE = os.environ.get("LPX_TRACE") or None  # pipeline/trace.py's folder: this file writes its `worker` lines
+
+
+class Trace:
+    """pipeline/trace.py's `worker` records (this file imports nothing of LPX): one line per delta."""
+
+    def __init__(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"worker-{os.getpid()}.jsonl")
+        self.out = open(path, "a", buffering=1, encoding="utf-8")
+
+    def mark(self, rid: str, n: int, core: float | None) -> None:
+        record = {"id": rid, "n": n, "core": core, "t": time.monotonic()}
+        self.out.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
 class Channel:
@@ -107,7 +121,7 @@ def best(entry: dict, k: int) -> list[list]:
     return [[int(token) for token, _ in ranked], [float(lp.logprob) for _, lp in ranked]]
 
 
-async def generate(engine, channel: Channel, message: dict) -> None:
+async def generate(engine, channel: Channel, message: dict, trace: Trace | None = None) -> None:
     """One request: its token deltas to the channel, the last one with d=true."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -119,6 +133,7 @@ async def generate(engine, channel: Channel, message: dict) -> None:
     try:
         params = SamplingParams(**fields, detokenize=False, output_kind=RequestOutputKind.DELTA)
         k = params.logprobs or 0
+        made = 0
         async for out in engine.generate({"prompt_token_ids": message["ids"]}, params, rid):
             piece = out.outputs[0]
             reply = {"id": rid, "t": list(piece.token_ids), "d": bool(out.finished)}
@@ -127,6 +142,10 @@ async def generate(engine, channel: Channel, message: dict) -> None:
                 reply["lp"] = [float(entry[token].logprob) for token, entry in entries]
                 if k:  # each entry holds the k best (rank 1..k) and the sampled token, whatever its rank
                     reply["top"] = [best(entry, k) for _, entry in entries]
+            if trace is not None:  # the engine core's time of the delta, then ours, just before sending
+                made += len(piece.token_ids)
+                metrics = getattr(out, "metrics", None)
+                trace.mark(rid, made, getattr(metrics, "last_token_ts", None))
             channel.send(reply)
     except asyncio.CancelledError:
         raise
@@ -159,10 +178,11 @@ async def serve(folder: Path, channel: Channel) -> None:
     inbox: asyncio.Queue = asyncio.Queue()
     threading.Thread(target=read_stdin, args=(loop, inbox), daemon=True).start()
     tasks: dict[str, asyncio.Task] = {}
+    trace = Trace(TRACE) if TRACE else None
     try:
         while (message := await inbox.get()) is not None:
             if message["op"] == "add":
-                task = loop.create_task(generate(engine, channel, message))
+                task = loop.create_task(generate(engine, channel, message, trace))
                 tasks[message["id"]] = task
                 task.add_done_callback(lambda _t, rid=message["id"]: tasks.pop(rid, None))
             elif message["op"] == "abort" and message["id"] in tasks:
@@ -176,6 +196,9 @@ async def serve(folder: Path, channel: Channel) -> None:
 def main(argv: list[str]) -> int:
     folder, fd = Path(argv[0]), int(argv[1])
     channel = Channel(fd)
+    nice = int(os.environ.get("LPX_VLLM_NICE") or 0)
+    if nice:  # vLLM's processes (this one, its engine core, its model worker) yield to LPX's hops
+        os.nice(nice)
     try:
         asyncio.run(serve(folder, channel))
     except Exception as exc:

@@ -1,0 +1,61 @@
+"""An opt-in per-token timeline through the serving hops: where a token waits between the engine and the
+client (docs/vllm.md, "Where a token waits").
+
+Off unless `LPX_TRACE=<folder>` is set in the environment of `lpx serve` (Triton, its python stubs, the
+gateway and vLLM's worker inherit it). Off, a hop pays one module-level boolean test. On, each hop appends
+one JSON line per token delta to `<folder>/<hop>-<pid>.jsonl`: `t`, a CLOCK_MONOTONIC reading (one clock
+for every process of the machine, so hops of different processes subtract), the request's id at that hop
+and `n`, the tokens generated so far (the join key across hops):
+
+    worker    vLLM's worker (vllm_worker.py, which imports nothing of LPX and writes the same lines):
+              `core`, when vLLM's engine core emitted the delta (RequestOutput.metrics.last_token_ts,
+              engine-core monotonic time), and `t`, just before the worker wrote it to the stub
+    stub      the Triton model's engine reader: `read` (vllm: the line read from the worker; torch:
+              the delta taken from the engine's queue) and `sent`, just before Triton's response sender
+              (with `tid`, Triton's request id, beside the engine's `id`)
+    gateway   the gateway's gRPC stream: `t`, the Triton response read (`id`: Triton's request id)
+
+scripts/bench_vllm.py --trace sends streamed requests, adds the client's receipt of each chunk and prints
+the median time a token spent in each hop at each concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+VARIABLE = "LPX_TRACE"
+FOLDER = os.environ.get(VARIABLE) or None
+ON = FOLDER is not None
+
+_files: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def mark(hop: str, **fields) -> None:
+    """One record in this process's file for `hop` (`t` is now unless given). Call only when ON."""
+    fields.setdefault("t", time.monotonic())
+    line = json.dumps(fields, separators=(",", ":")) + "\n"
+    with _lock:
+        out = _files.get(hop)
+        if out is None:
+            os.makedirs(FOLDER, exist_ok=True)
+            path = os.path.join(FOLDER, f"{hop}-{os.getpid()}.jsonl")
+            out = _files[hop] = open(path, "a", buffering=1, encoding="utf-8")
+        out.write(line)
+
+
+def read(folder: str | os.PathLike) -> dict[str, list[dict]]:
+    """Every record under `folder`, by hop."""
+    out: dict[str, list[dict]] = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".jsonl"):
+            continue
+        hop = name.rsplit("-", 1)[0]
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            for line in f:
+                if line.endswith("\n"):  # a line being written as we read is left out
+                    out.setdefault(hop, []).append(json.loads(line))
+    return out
