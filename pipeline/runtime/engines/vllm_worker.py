@@ -196,9 +196,12 @@ async def serve(folder: Path, channel: Channel) -> None:
 def main(argv: list[str]) -> int:
     folder, fd = Path(argv[0]), int(argv[1])
     channel = Channel(fd)
-    nice = int(os.environ.get("LPX_VLLM_NICE") or 0)
-    if nice:  # vLLM's processes (this one, its engine core, its model worker) yield to LPX's hops
-        os.nice(nice)
+    nice = os.environ.get("LPX_VLLM_NICE") or "0"
+    if not nice.isdigit() or int(nice) > 19:
+        channel.send({"error": f"LPX_VLLM_NICE={nice}: give a niceness from 0 to 19 (or unset it)"})
+        return 1
+    if int(nice):  # vLLM's processes (this one, its engine core, its model worker) yield to LPX's hops
+        os.nice(int(nice))
     try:
         asyncio.run(serve(folder, channel))
     except Exception as exc:
