@@ -123,7 +123,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),
     ("demo",),
     ("artifacts", "cache_keys", "progress", "atomic", "slo", "toolchain", "facts"),
-    ("errors", "data", ""),
+    ("errors", "trace", "data", ""),
 ]
 
 
