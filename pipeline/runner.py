@@ -197,7 +197,10 @@ class Runner:
 
     def gate(self, variant: Variant, evaluation: Artifact) -> str | None:
         """The reason a variant must not be built (quality gate failed), or None."""
-        failures = evaluate.gate_failures(evaluation.manifest["results"], self.cfg.quality_gate)
+        results = evaluation.manifest["results"]
+        for warning in evaluate.gate_warnings(results, self.cfg.quality_gate):
+            self.report.warn(f"variant '{variant.name}': {warning}")
+        failures = evaluate.gate_failures(results, self.cfg.quality_gate)
         if not failures:
             return None
         text = "; ".join(failures)

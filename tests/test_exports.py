@@ -16,6 +16,8 @@ from pipeline.runner import Runner
 from pipeline.stages import quantize as qstage
 from pipeline.stages.quantize import model_io, resources
 
+NO_GATE = {"max_kl": None, "min_top1_agreement": None, "max_ppl_increase_pct": None}
+
 
 def runner(ckpt, target="engine", exports=(), gate=None, fmt="fp8"):
     cfg = parse_config(
@@ -23,7 +25,7 @@ def runner(ckpt, target="engine", exports=(), gate=None, fmt="fp8"):
             "model": {"name": "tiny", "checkpoint": str(ckpt)},
             "variants": [{"name": "v", "quantization": {"format": fmt, "exports": list(exports)}}],
             "calibration": {"samples": 4, "seq_len": 32, "batch_size": 2},
-            "quality_gate": gate or {},
+            "quality_gate": NO_GATE if gate is None else gate,
             "build": {"archs": ["sm90"], "target": target, "max_input_len": 256, "max_seq_len": 512},
         }
     )
@@ -50,15 +52,17 @@ def test_each_target_gets_only_its_export_and_the_key_says_which(tiny_checkpoint
         assert res["disk"]["written_bytes"][only] > 0 and res["disk"]["estimated_bytes"][only] > 0
         assert {"load", "calibrate"} <= set(res["host_peak_rss_gib"]) and res["timings"]["calibrate_s"] > 0
     assert len({a.key for a in arts.values()}) == 3
-    # a quality gate needs the state lpx eval restores; asked-for exports are added
+    # a quality gate needs the state lpx eval restores, the default gate too; asked-for exports are added
     gated = runner(tiny_checkpoint, "engine", gate={"max_kl": 1.0})
     assert qstage.needed_exports(gated.cfg, gated.cfg.variants[0]) == ("state", "trtllm")
+    defaults = runner(tiny_checkpoint, "engine", gate={})
+    assert qstage.needed_exports(defaults.cfg, defaults.cfg.variants[0]) == ("state", "trtllm")
     extra = runner(tiny_checkpoint, "engine", exports=["hf"])
     art = extra.quantize(extra.cfg.variants[0])
     assert art.manifest["results"]["exports"] == ["hf", "trtllm"]
     assert art.key not in {a.key for a in arts.values()}
     assert art.manifest["inputs"]["export"]["exports"] == ["hf", "trtllm"]
-    # without a state/ export and without a gate, eval says why it did not run
+    # without a state/ export and with every limit null, eval says why it did not run
     ev = extra.evaluate(extra.cfg.variants[0], art)
     assert "no state/ export" in ev.manifest["results"]["skipped"]
 

@@ -53,9 +53,12 @@ def eval_table(outcomes, cfg):
     """The quality table `lpx eval` prints."""
     from rich.table import Table
 
-    from ..stages.evaluate import gate_failures
+    from ..stages.evaluate import gate_failures, gate_summary
 
-    t = Table(title=f"{cfg.model.name}: quality vs the unquantized model (held-out text)")
+    t = Table(
+        title=f"{cfg.model.name}: quality vs the unquantized model (held-out text)",
+        caption=gate_summary(cfg.quality_gate),
+    )
     for col in ("variant", "format", "KL mean", "top-1 agree", "ppl base", "ppl quant", "ppl +%", "gate"):
         t.add_column(col, justify="left" if col in ("variant", "format", "gate") else "right")
     for o in outcomes:

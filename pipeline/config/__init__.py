@@ -137,18 +137,39 @@ class Evaluation(TextSamples):
     samples: int = bounded(10, ge=1, le=INT32_MAX, limit=COUNT)
 
 
+# The gate's defaults (docs/quality.md says where they come from): what a user would not ship.
+GATE_DEFAULTS = {"max_kl": 0.1, "min_top1_agreement": 0.8, "max_ppl_increase_pct": 10.0}
+
+
 class QualityGate(Strict):
-    """Limits a quantized variant must meet against the unquantized model before it is built."""
+    """Limits a quantized variant must meet against the unquantized model before it is built. Each has a
+    default (GATE_DEFAULTS); null turns that limit off."""
 
     max_kl: float | None = Field(
-        None, ge=0, description="Largest mean KL divergence of next-token distributions."
+        GATE_DEFAULTS["max_kl"],
+        ge=0,
+        description="Largest mean KL divergence of next-token distributions (null: no limit).",
     )
     min_top1_agreement: float | None = Field(
-        None, ge=0, le=1, description="Smallest share of equal argmax tokens."
+        GATE_DEFAULTS["min_top1_agreement"],
+        ge=0,
+        le=1,
+        description="Smallest share of equal argmax tokens (null: no limit).",
     )
     max_ppl_increase_pct: float | None = Field(
-        None, ge=0, description="Largest perplexity increase, percent."
+        GATE_DEFAULTS["max_ppl_increase_pct"],
+        ge=0,
+        description="Largest perplexity increase, percent (null: no limit).",
     )
+
+    def explicit(self) -> bool:
+        """Whether the config itself sets a limit (not only the defaults): then a variant that cannot be
+        evaluated fails the gate instead of passing with a warning."""
+        return any(getattr(self, name) is not None for name in self.model_fields_set)
+
+    def active(self) -> bool:
+        """Whether any limit applies (a config that sets all three to null has no gate)."""
+        return any(v is not None for v in self.model_dump().values())
 
 
 class Build(Strict):

@@ -60,8 +60,8 @@ def run(ctx: Context, variant: Variant, checkpoint: Artifact, out: Path) -> dict
         }
     if not (checkpoint / "state" / STATE_FILE).is_file():
         return {
-            "skipped": "the quantize artifact has no state/ export (build.target does not need it and no "
-            "quality_gate is set) - set a quality_gate or add 'state' to quantization.exports"
+            "skipped": "the quantize artifact has no state/ export (build.target does not need it and every "
+            "quality_gate limit is null) - set a limit or add 'state' to quantization.exports"
         }
     tokenizer = load_tokenizer(cfg)
     base = load_model(cfg, info)
@@ -100,28 +100,47 @@ def run(ctx: Context, variant: Variant, checkpoint: Artifact, out: Path) -> dict
     }
 
 
+LIMITS = (  # (result, limit's name, True when the result must stay at or below the limit, unit)
+    ("kl_mean", "max_kl", True, ""),
+    ("top1_agreement", "min_top1_agreement", False, ""),
+    ("ppl_increase_pct", "max_ppl_increase_pct", True, "%"),
+)
+
+
 def gate_failures(results: dict, gate: QualityGate) -> list[str]:
-    """Each limit the measured results break, as 'measured vs allowed'."""
+    """Each limit the measured results break: the figure, the limit (and whether it is the default), and
+    by how much. A variant that could not be evaluated fails only a gate the config sets itself."""
     if "skipped" in results:
-        configured = any(v is not None for v in gate.model_dump().values())
-        return [f"not evaluated ({results['skipped']})"] if configured else []
-    checks = [
-        ("kl_mean", gate.max_kl, lambda v, lim: v > lim, "quality_gate.max_kl"),
-        (
-            "top1_agreement",
-            gate.min_top1_agreement,
-            lambda v, lim: v < lim,
-            "quality_gate.min_top1_agreement",
-        ),
-        (
-            "ppl_increase_pct",
-            gate.max_ppl_increase_pct,
-            lambda v, lim: v > lim,
-            "quality_gate.max_ppl_increase_pct",
-        ),
+        return [f"not evaluated ({results['skipped']})"] if gate.explicit() else []
+    out = []
+    for name, key, at_most, unit in LIMITS:
+        limit = getattr(gate, key)
+        if limit is None or name not in results:
+            continue
+        value = results[name]
+        if (value > limit) if at_most else (value < limit):
+            origin = "set in quality_gate" if key in gate.model_fields_set else "default"
+            side = "above" if at_most else "below"
+            out.append(
+                f"{name} {value:.4g}{unit} is {abs(value - limit):.3g}{unit} {side} the limit "
+                f"quality_gate.{key} {limit:g}{unit} ({origin})"
+            )
+    return out
+
+
+def gate_summary(gate: QualityGate) -> str:
+    """The limits in force, one line: what `lpx eval`'s table is judged against."""
+    parts = [
+        f"{name} {'<=' if at_most else '>='} {getattr(gate, key):g}{unit} "
+        f"({'set' if key in gate.model_fields_set else 'default'})"
+        for name, key, at_most, unit in LIMITS
+        if getattr(gate, key) is not None
     ]
-    return [
-        f"{name} {results[name]:.4g} (allowed: {key} {limit:g})"
-        for name, limit, bad, key in checks
-        if limit is not None and bad(results[name], limit)
-    ]
+    return "gate: " + (", ".join(parts) if parts else "off (every quality_gate limit is null)")
+
+
+def gate_warnings(results: dict, gate: QualityGate) -> list[str]:
+    """What the default gate could not check (a variant not evaluated here), to say rather than fail."""
+    if "skipped" in results and gate.active() and not gate.explicit():
+        return [f"not evaluated, the default quality gate did not apply ({results['skipped']})"]
+    return []

@@ -85,7 +85,7 @@ def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
         cfg.target_of(v) for v in cfg.variants if v.quantization == variant.quantization
     }
     need = {e for t in targets for e in TARGET_EXPORTS[t]} | set(variant.quantization.exports)
-    if any(v is not None for v in cfg.quality_gate.model_dump().values()):
+    if cfg.quality_gate.active():  # the defaults too: every quantized variant is evaluated
         need.add("state")
     return tuple(sorted(need))
 
