@@ -104,6 +104,28 @@ def test_bad_tools_are_400(kw, words) -> None:
     assert err.value.status == 400
 
 
+def test_auto_needs_a_template_that_renders_tools() -> None:
+    """tool_choice auto (the default with tools) is refused when the chat template never reads `tools`
+    (SmolLM2-135M-Instruct's, the demo's): the model would not see them; required / named still work."""
+    from pipeline.gateway.text import TextCodec
+    from pipeline.gateway.tools import check_template
+
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with_tools = "{% if tools %}{{ tools | tojson }}{% endif %}" + plain
+    codecs = {}
+    for name, template in (("plain", plain), ("tools", with_tools), ("broken", "{% for %}")):
+        codecs[name] = TextCodec.__new__(TextCodec)  # the template check only, no tokenizer
+        codecs[name].template, codecs[name]._reads_tools = template, None
+    assert [codecs[n].reads_tools for n in ("plain", "tools", "broken")] == [False, True, True]
+    auto = tool_mode(_req(tools=TOOLS), "hermes")
+    with pytest.raises(ApiError, match="never reads `tools`") as err:
+        check_template(auto, reads_tools=False)
+    assert err.value.status == 400 and err.value.param == "tool_choice"
+    check_template(auto, reads_tools=True)
+    for choice in ("required", "none", {"type": "function", "function": {"name": "get_time"}}):
+        check_template(tool_mode(_req(tools=TOOLS, tool_choice=choice), "hermes"), reads_tools=False)
+
+
 def test_required_guide_lists_the_tools_and_answers_parse() -> None:
     tm = tool_mode(_req(tools=TOOLS, tool_choice="required", parallel_tool_calls=False), "hermes")
     schema = json.loads(tm.guide.text)
@@ -206,6 +228,12 @@ def test_tool_results_go_back_into_the_conversation(client) -> None:
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"temp": 21}'},
     ]
-    out = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=8)
-    assert out.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    # the demo's template never reads `tools`: auto (the default with tools) would hide them from the model
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=8)
+    assert info.value.param == "tool_choice" and "never reads `tools`" in info.value.message
+    out = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=8
+    )
+    assert out.choices[0].finish_reason in ("stop", "length")
     assert out.usage.prompt_tokens > first.usage.prompt_tokens  # the call and its result are in the prompt

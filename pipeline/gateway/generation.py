@@ -259,6 +259,7 @@ def _chat_prompt(req: ChatCompletionRequest, codec: TextCodec) -> tuple[Any, lis
     from . import tools
 
     tm = tools.tool_mode(req, tools.parser_for(codec))
+    tools.check_template(tm, codec.reads_tools)
     messages = tools.template_messages(req.messages)
     return tm, messages, codec.encode_chat(messages, tools.template_tools(tm))
 

@@ -31,6 +31,25 @@ class TextCodec:
         else:
             self.template_missing = False
         self.vocab_size = len(self.tokenizer)
+        self._reads_tools: bool | None = None
+
+    @property
+    def reads_tools(self) -> bool:
+        """Whether the chat template renders `tools` at all (a template that never reads the variable shows
+        the model no tools: SmolLM2-135M-Instruct's, the demo's)."""
+        if self._reads_tools is None:
+            template = self.template or getattr(self.tokenizer, "chat_template", None) or ""
+            if isinstance(template, dict):  # named templates: HF's convention keeps tool use in 'tool_use'
+                template = template.get("tool_use") or template.get("default") or ""
+            try:
+                import jinja2
+                import jinja2.meta
+
+                names = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(template))
+                self._reads_tools = "tools" in names
+            except Exception:  # a template jinja2 cannot parse: apply_chat_template says so on use
+                self._reads_tools = True
+        return self._reads_tools
 
     def encode(self, text: str) -> list[int]:
         """A completion prompt, special tokens added as preprocessing adds them (add_special_tokens)."""

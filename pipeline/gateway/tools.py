@@ -109,6 +109,19 @@ def tool_mode(req: Any, parser: str) -> ToolMode:
     return tm
 
 
+def check_template(tm: ToolMode, reads_tools: bool) -> None:
+    """tool_choice auto with a chat template that never renders the tools: the model would not see them
+    and would answer as if none were sent, so refuse (400) and name the ways that do work."""
+    if tm.mode == "auto" and tm.functions and not reads_tools:
+        raise bad_request(
+            "tool_choice 'auto' needs a chat template that shows the model its tools, and this model's "
+            "template never reads `tools` - use tool_choice 'required' or name a function (the answer is "
+            "then constrained to a valid call), or set serving.openai.chat_template to a template that "
+            "renders tools",
+            "tool_choice",
+        )
+
+
 def template_messages(messages: list[Any]) -> list[dict[str, Any]]:
     """The messages as chat templates take them: text content, tool-call arguments as objects."""
     out = []
