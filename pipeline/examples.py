@@ -369,9 +369,18 @@ def convert_gguf(
     check_convertible: UsageError). `say` gets one line per step. Returns `dest`."""
     gguf, dest = Path(gguf).expanduser().resolve(), Path(dest).expanduser().absolute()
     info = info or read_gguf(gguf)
+    source_sha = sha256(gguf)
+    if dest.exists():  # reused without importing transformers: its architecture was checked when converted
+        with _locked(dest):
+            _sweep(dest, say)
+            if reusable(dest, source_sha):
+                say(
+                    f"reusing {dest} (converted from {gguf.name}, sha256 {source_sha[:12]}; safetensors checked)"
+                )
+                return dest
     with _no_progress_bars():
         check_convertible(info)
-        return _converted(gguf, dest, info, say)
+        return _converted(gguf, dest, info, source_sha, say)
 
 
 @contextlib.contextmanager
@@ -389,12 +398,11 @@ def _no_progress_bars() -> Iterator[None]:
             os.environ["TQDM_DISABLE"] = saved
 
 
-def _converted(gguf: Path, dest: Path, info: GgufInfo, say: Callable[[str], None]) -> Path:
+def _converted(gguf: Path, dest: Path, info: GgufInfo, source_sha: str, say: Callable[[str], None]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _locked(dest):
         _sweep(dest, say)
-        source_sha = sha256(gguf)
-        if reusable(dest, source_sha):
+        if reusable(dest, source_sha):  # converted by another init while this one waited for the lock
             say(f"reusing {dest} (converted from {gguf.name}, sha256 {source_sha[:12]}; safetensors checked)")
             return dest
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
