@@ -179,3 +179,15 @@ def test_the_header_reader_agrees_with_the_file(smollm2_gguf):
 def test_init_takes_one_source(tmp_path):
     res = lpx("init", str(tmp_path / "p"), "--example", "smollm2", "--tune", home=tmp_path / "h")
     refused(res, "exclude each other")
+
+
+def test_run_question_needs_the_gateway(tmp_path):
+    from pipeline.config import parse_config
+    from pipeline.errors import ConfigError
+    from pipeline.examples import example_config
+
+    data = example_config("m", str(tmp_path), "What is the capital of France?")
+    assert parse_config(data).serving.run_question == "What is the capital of France?"
+    data["serving"]["openai"]["enabled"] = False
+    with pytest.raises(ConfigError, match="run_question is asked through the OpenAI gateway"):
+        parse_config(data)
