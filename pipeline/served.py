@@ -86,7 +86,12 @@ def world_size(cfg: Config, variant: str | None = None) -> int:
 
 
 def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter, out: Console) -> dict:
-    """Start Triton, stream one completion over gRPC, print text, TTFT and tokens/s, stop."""
+    """Start Triton, stream one completion over gRPC, print text, TTFT and tokens/s, stop. With
+    serving.run_question (and the gateway enabled) the gateway starts too and the question is asked as
+    one chat message through /v1/chat/completions: the answer shows the chat template and the end of
+    sequence work, as a client would see them."""
+    if cfg.serving.run_question and cfg.serving.openai.enabled:
+        return _ask(cfg, variant, repo, report, out, cfg.serving.run_question)
     from .client import generate_stream
 
     triton = server(cfg, variant, repo, report)
@@ -109,6 +114,26 @@ def serve_and_check(cfg: Config, variant: str, repo: Artifact, report: Reporter,
             chunks.append(chunk)
             out.print(chunk.text, end="", markup=False, highlight=False)
         out.print()
+    return _smoke_figures(chunks, start, out)
+
+
+def _ask(cfg: Config, variant: str, repo: Artifact, report: Reporter, out: Console, question: str) -> dict:
+    """Triton and the gateway on `repo`; `question` streamed through /v1/chat/completions; both stopped."""
+    from .client import api_key, openai_stream
+
+    with started(cfg, variant, repo, report, gateway=True) as (_triton, openai):
+        out.print(f"[bold]question:[/bold] {question}")
+        out.print("[bold]answer:[/bold] ", end="")
+        start = time.perf_counter()
+        chunks = []
+        for chunk in openai_stream(openai.url, question, SMOKE_TOKENS, chat=True, api_key=api_key(None)):
+            chunks.append(chunk)
+            out.print(chunk.text, end="", markup=False, highlight=False)
+        out.print()
+    return _smoke_figures(chunks, start, out)
+
+
+def _smoke_figures(chunks: list, start: float, out: Console) -> dict:
     if not chunks:
         raise StageFailed(f"The server answered with no tokens - see the Triton log under {home() / 'logs'}")
     ttft = chunks[0].t - start

@@ -121,7 +121,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime",),
     ("texts",),
     ("config",),
-    ("demo",),
+    ("demo", "examples"),
     ("artifacts", "cache_keys", "progress", "atomic", "slo", "toolchain", "facts"),
     ("errors", "trace", "data", ""),
 ]

@@ -22,22 +22,79 @@ from .options import config_option
     help="A local Hugging Face checkpoint: write an lpx.yaml for it (FP8, build.target llmapi: "
     "TensorRT-LLM's LLM API) instead of the demo.",
 )
-def init(directory: Path, with_tune: bool, checkpoint: Path | None) -> None:
+@click.option(
+    "--example",
+    metavar="NAME",
+    default=None,
+    help="A real model found in LPX's environment (smollm2: SmolLM2-135M-Instruct, installed by "
+    "`make real-model`): its GGUF converted once into DIRECTORY, and an lpx.yaml that runs here "
+    "(bf16, fp8, int4_awq on the torch target). docs/real-model.md.",
+)
+@click.option(
+    "--gguf",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A local GGUF file: converted once into a Hugging Face checkpoint in DIRECTORY, with an lpx.yaml "
+    "like --example's.",
+)
+def init(
+    directory: Path, with_tune: bool, checkpoint: Path | None, example: str | None, gguf: Path | None
+) -> None:
     """Write the demo's lpx.yaml and its tiny checkpoint into DIRECTORY (or, with --checkpoint, an
-    lpx.yaml for a real checkpoint, built for a GPU with TensorRT-LLM's LLM API)."""
-    from ..demo import ensure_checkpoint, write_demo_config
+    lpx.yaml for a real checkpoint, built for a GPU with TensorRT-LLM's LLM API; with --example or
+    --gguf, a real model converted from GGUF and an lpx.yaml that runs on this machine)."""
     from ..errors import UsageError
 
+    chosen = [f for f, v in (("--checkpoint", checkpoint), ("--example", example), ("--gguf", gguf)) if v]
+    if len(chosen) > 1 or (chosen and with_tune):
+        raise UsageError(
+            f"init: {' and '.join(chosen + ['--tune'] * with_tune)} exclude each other - pass one"
+        )
     if (directory / "lpx.yaml").exists():
         raise UsageError(f"{directory / 'lpx.yaml'} already exists - choose an empty folder")
     if checkpoint is not None:
         path = write_checkpoint_config(directory, checkpoint)
         click.echo(f"wrote {path}\nnext: lpx plan -c {path} --gpu h100-sxm, then lpx run -c {path}")
         return
+    if example is not None or gguf is not None:
+        path = write_gguf_config(directory, example, gguf)
+        click.echo(f"wrote {path}\nnext: lpx run -c {path}")
+        return
+    from ..demo import ensure_checkpoint, write_demo_config
+
     ensure_checkpoint(directory / "checkpoint")
     path = write_demo_config(directory, tune=with_tune)
     then = f"lpx tune -c {path}" if with_tune else f"lpx run -c {path}"
     click.echo(f"wrote {path} and {directory / 'checkpoint'}\nnext: {then}")
+
+
+def write_gguf_config(directory: Path, example: str | None, gguf: Path | None) -> Path:
+    """--example NAME or --gguf FILE: the GGUF checked (before anything is written), converted once into
+    DIRECTORY/<model name>/ (reused while its sha256 record matches) and DIRECTORY/lpx.yaml written."""
+    from ..config import parse_config
+    from ..examples import (
+        DEFAULT_QUESTION,
+        convert_gguf,
+        example_config,
+        example_gguf,
+        has_chat_template,
+        model_name,
+        read_gguf,
+    )
+    from ..examples import write_config as write_example_config
+
+    if example is not None:
+        spec, gguf = example_gguf(example)
+        name, question, source = spec.name, spec.question, f"{gguf.name} ({spec.distribution})"
+    else:
+        name, question, source = model_name(gguf), None, str(gguf.expanduser().resolve())
+    info = read_gguf(gguf)
+    ckpt = convert_gguf(gguf, directory / name, say=click.echo, info=info)
+    if question is None and has_chat_template(ckpt):
+        question = DEFAULT_QUESTION
+    data = example_config(name, name, question)
+    parse_config(data, "the written lpx.yaml", base=directory)  # what is written validates
+    return write_example_config(directory, data, source)
 
 
 def checkpoint_config(checkpoint: Path, name: str) -> dict:

@@ -103,12 +103,25 @@ class Serving(Strict):
         description="Copy tritonserver's log to stdout too (a container: kubectl logs); the log file is "
         "then capped at 64 MiB. 'lpx serve --log-stdout' sets it.",
     )
+    run_question: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="What 'lpx run' asks each variant once it serves: one user message through the OpenAI "
+        "gateway's /v1/chat/completions (the tokenizer's chat template); unset: a fixed text completed "
+        "over Triton's gRPC.",
+    )
     openai: OpenAIGateway = Field(default_factory=OpenAIGateway)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Serving:
         """Two servers cannot listen on one port of one address: refused here rather than by tritonserver
         (exit 1) or the gateway at start. 0 (a free port each) never collides."""
+        if self.run_question is not None and not self.openai.enabled:
+            raise ValueError(
+                "serving.run_question is asked through the OpenAI gateway and serving.openai.enabled is "
+                "false - enable the gateway, or remove run_question ('lpx run' then completes a fixed text)"
+            )
         ports = {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}
         gw = self.openai
         gw_host = self.host if gw.host is None else gw.host

