@@ -167,7 +167,8 @@ def test_bad_gguf_files_are_refused_before_any_load(tmp_path, smollm2_gguf):
 
 
 def test_the_header_reader_agrees_with_the_file(smollm2_gguf):
-    from pipeline.examples import model_name, read_gguf, transformers_architecture
+    from pipeline.examples import model_name
+    from pipeline.gguf_file import read_gguf, transformers_architecture
 
     info = read_gguf(smollm2_gguf)
     assert (info.architecture, info.eos_token_id, info.eos_token) == ("llama", 2, "<|im_end|>")

@@ -122,6 +122,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("texts",),
     ("config",),
     ("demo", "examples"),
+    ("gguf_file",),
     ("artifacts", "cache_keys", "progress", "atomic", "slo", "toolchain", "facts"),
     ("errors", "trace", "data", ""),
 ]

@@ -35,6 +35,7 @@ import numpy as np
 from .. import trace
 from .engines.base import ENGINE_OPTIONS
 from .model_args import cancelled, eos_ids_in, model_params, triton_error
+from .request_inputs import given_inputs, guide_options, pb_utils, scalar, words
 from .tensors import LPX_TRTLLM, TRTLLM_IO
 from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
 
@@ -47,26 +48,7 @@ ENGINE_INPUTS = tuple(row[0] for row in TRTLLM_IO["latest"]["in"]) + tuple(
 MODEL_FEATURES = frozenset({"return_num_input_tokens", "return_perf_metrics"})
 # ENGINE_OPTIONS (engines/base.py): request inputs passed to submit() only when the engine honours them
 
-# Upstream's guided-decoding inputs (strings), passed to submit() when the engine honours them
-GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
-
 MAX_HOLD = 8  # tokens held at most while waiting for a character to complete
-
-
-def _pb() -> Any:
-    import triton_python_backend_utils as pb_utils
-
-    return pb_utils
-
-
-def given_inputs(request, names) -> dict[str, np.ndarray]:
-    """The inputs this request carries, by name (absent ones left out)."""
-    out = {}
-    for name in names:
-        tensor = _pb().get_input_tensor_by_name(request, name)
-        if tensor is not None:
-            out[name] = tensor.as_numpy()
-    return out
 
 
 PERF_TIMES = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
@@ -80,40 +62,6 @@ def timestamp(job: dict, delta: list[int]) -> None:
     now = time.time_ns()
     perf.setdefault("first_token_time_ns", now)
     perf["last_token_time_ns"] = now
-
-
-def scalar(request, name: str, default, kind=int):
-    tensor = _pb().get_input_tensor_by_name(request, name)
-    return default if tensor is None else kind(tensor.as_numpy().reshape(-1)[0])
-
-
-def guide_options(request, supported: frozenset[str]) -> dict[str, str]:
-    """The request's guided-decoding inputs as text (empty ones left out), for an engine that honours
-    them (validate.py has refused them already for one that does not)."""
-    out = {}
-    for name in GUIDE_INPUTS:
-        tensor = _pb().get_input_tensor_by_name(request, name) if name in supported else None
-        flat = tensor.as_numpy().reshape(-1) if tensor is not None else ()
-        value = flat[0] if len(flat) else b""
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-        if text:
-            out[name] = text
-    return out
-
-
-def words(request, name: str) -> list[list[int]]:
-    """[2, n] TensorRT-LLM word list (ids row, end-offsets row, -1 padded) -> list of id sequences."""
-    tensor = _pb().get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return []
-    arr = tensor.as_numpy().reshape(2, -1)
-    out, start = [], 0
-    for end in arr[1]:
-        if end < 0:
-            break
-        out.append([int(t) for t in arr[0][start:end]])
-        start = int(end)
-    return [w for w in out if w]
 
 
 def eos_ids(folder: Path) -> list[int]:
@@ -288,7 +236,7 @@ class GenerationModel:
             else:
                 tokens = self._collect(stream, job, sender)
                 if tokens is None:  # the client cancelled
-                    sender.send(flags=_pb().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    sender.send(flags=pb_utils().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 else:
                     echo = job["input_ids"] if not job["exclude_input"] else []
                     logprobs = self._logprobs(stream, 0, len(tokens))
@@ -320,7 +268,7 @@ class GenerationModel:
         for delta in stream:
             if cancelled(sender):
                 stream.cancel()
-                sender.send(flags=_pb().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(flags=pb_utils().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
             timestamp(job, delta)
             first_new, tokens = len(tokens), tokens + delta
@@ -361,7 +309,7 @@ class GenerationModel:
     ) -> None:
         """One response: the tokens, their count, (output_log_probs, cum_log_probs) when asked, and on the
         final one num_input_tokens and the perf-metric timestamps."""
-        pb = _pb()
+        pb = pb_utils()
         extra = {}
         if logprobs is not None:
             values, total, top = logprobs
@@ -389,7 +337,7 @@ class GenerationModel:
         )
 
     def _fail(self, sender, exc: Exception) -> None:
-        pb = _pb()
+        pb = pb_utils()
         message = getattr(exc, "message", None) or str(exc)
         sender.send(
             pb.InferenceResponse(
