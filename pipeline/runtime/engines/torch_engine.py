@@ -28,9 +28,11 @@ from .torch_processors import OPTION_TYPES, install
 from .torch_stats import TorchStats
 
 
-def load_model(engine_dir: Path, device: str | None = None):
+def load_model(engine_dir: Path, device: str | None = None, fast: bool | None = None):
     """Rebuild the quantized model: the HF config, then the ModelOpt state and weights (bit-identical),
-    built on the meta device and filled by the restore, with no weight initialization (pipeline/runtime/restore.py)."""
+    built on the meta device and filled by the restore, with no weight initialization (pipeline/runtime/restore.py).
+    fast: weights quantized once here and activation / KV quantizers in plain torch, same logits as the
+    live ModelOpt model (torch_fast.py); default on, off with fast=False or LPX_TORCH_FAST=0."""
     import torch
 
     from ..restore import restore_state
@@ -44,6 +46,11 @@ def load_model(engine_dir: Path, device: str | None = None):
         raise LpxError(
             f"Cannot restore {engine_dir / meta['state_file']}: {exc} - rebuild the engine"
         ) from None
+    # torch_fast imports ModelOpt: only here, never at module import (tests/test_cached_path.py)
+    from . import torch_fast
+
+    if torch_fast.enabled(fast):
+        model.lpx_fast = torch_fast.apply(model)
     return model
 
 
@@ -91,19 +98,23 @@ class TorchEngine(Engine):
         seed: int = 0,
         batch_invariant: bool = True,
         tokenizer_dir: Path | None = None,
+        fast: bool | None = None,
     ) -> None:
         """device: where the model runs; default the GPU when torch sees one (measured on an H200 with
         scripts/bench_engine.py), else the CPU. batch_invariant: attention per request, so a request's
         tokens do not depend on the batch it shares (batch_invariant.py); off gives transformers' packed
         `paged|sdpa`, faster but 1-2 ulps batch-dependent. tokenizer_dir: the tokenizer guided decoding
-        compiles grammars for (default: the engine folder, which holds it)."""
+        compiles grammars for (default: the engine folder, which holds it). fast: load_model's fast path
+        (torch_fast.py; default on unless LPX_TORCH_FAST=0)."""
         import torch
 
         self.engine_dir = Path(engine_dir)
         self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else self.engine_dir
         self.meta = read_meta(self.engine_dir)
         self.max_input_len, self.max_seq_len = int(self.meta["max_input_len"]), int(self.meta["max_seq_len"])
-        self.model = load_model(self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None))
+        self.model = load_model(
+            self.engine_dir, device or ("cuda" if torch.cuda.is_available() else None), fast=fast
+        )
         self.batch_invariant = bool(batch_invariant)
         if self.batch_invariant:
             from .batch_invariant import register
