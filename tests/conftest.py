@@ -34,6 +34,33 @@ def tiny_checkpoint(tmp_path_factory):
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
 
 
+@pytest.fixture(scope="session")
+def smollm2_init(tmp_path_factory):
+    """`lpx init DIR --example smollm2` once per session (one real GGUF conversion, ~35 s on 2 cores):
+    (the finished process, the project folder, the leftover it had to sweep). Fails, naming
+    `make real-model`, where the real model is not installed (it is part of `make test`)."""
+    from helpers_real_model import init_example
+
+    from pipeline.errors import LpxError
+    from pipeline.examples import example_gguf
+
+    try:
+        example_gguf("smollm2")
+    except LpxError as exc:
+        pytest.fail(f"{exc.message} (these tests need the real model: run 'make real-model')")
+    return init_example(tmp_path_factory.mktemp("smollm2"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(smollm2_init):
+    """The converted SmolLM2-135M-Instruct checkpoint of `smollm2_init` (read only: copy it to change it)."""
+    from helpers_real_model import NAME
+
+    res, folder, _ = smollm2_init
+    assert res.returncode == 0, res.stdout + res.stderr
+    return folder / NAME
+
+
 @pytest.fixture
 def demo_config(tmp_path, tiny_checkpoint):
     """A demo lpx.yaml in tmp_path pointing at the shared tiny checkpoint; returns its path."""

