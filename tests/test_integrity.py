@@ -235,7 +235,7 @@ def inf_weight(ckpt, name):
 def overflowing_weights(ckpt, name):
     """Finite weights (3.4e38, bf16's largest) whose activations overflow: ModelOpt's amax assertion."""
     edit_tensors(ckpt, lambda items: poke(items, "model.layers.0.mlp.up_proj.weight", BF16["huge"], True))
-    return ["ModelOpt met", "in a calibration range (amax)", "try build.dtype: float32"]
+    return ["ModelOpt met", "in a calibration range (amax)", "damaged or mis-converted checkpoint"]
 
 
 # refused by the checkpoint inspection every stage shares, before any stage runs (metadata only)
@@ -379,6 +379,9 @@ def test_only_modelopts_amax_assertion_becomes_a_message():
         AssertionError("detected nan values in amax. nan in original tensor: False"), "a", "bfloat16"
     )
     assert "variant 'a': ModelOpt met NaN" in nan.message and "overflow bfloat16" in nan.message
+    assert "try calibration.dtype: float32" in nan.message
+    wide = calibration_error(AssertionError("detected inf values in amax"), "a", "float32")
+    assert "overflow float32" in wide.message and "try calibration.dtype" not in wide.message
     assert calibration_error(AssertionError("detected negative values after abs"), "a", "bfloat16") is None
     assert calibration_error(RuntimeError("detected nan values in amax"), "a", "bfloat16") is None
 

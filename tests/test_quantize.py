@@ -120,6 +120,39 @@ def test_manifest_records_recipe_and_provenance(quantized):
 
 
 @pytest.mark.slow
+def test_calibrated_in_float32_on_a_cpu_exported_in_build_dtype(quantized):
+    """calibration.dtype auto: a CPU calibrates in float32 (bf16 matmuls are 2-3x slower there), and every
+    export is still build.dtype's (bfloat16): the high-precision weights of the HF and TensorRT-LLM
+    checkpoints and the ModelOpt state's."""
+    import torch
+    from safetensors import safe_open
+
+    from pipeline.config import Config
+    from pipeline.stages.quantize.model_io import calibration_dtype
+
+    for name in ("int4_awq", "fp8", "bf16"):
+        folder = quantized[name].path
+        calibration = json.loads((folder / "manifest.json").read_text())["results"]["calibration"]
+        assert calibration["dtype"] == ("bfloat16" if name == "bf16" else "float32"), (name, calibration)
+        for export in ("hf", "trtllm"):
+            for file in (folder / export).glob("*.safetensors"):
+                with safe_open(str(file), "pt") as f:
+                    floats = {f.get_slice(k).get_dtype() for k in f.keys()} & {"F32", "BF16", "F16"}
+                assert floats <= {"BF16", "F32"} and "BF16" in floats, (name, file, floats)
+        for export in ("hf", "state"):
+            config = json.loads((folder / export / "config.json").read_text())
+            assert config.get("dtype", config.get("torch_dtype")) == "bfloat16", (name, export)
+        state = torch.load(folder / "state" / "modelopt_state.pth", map_location="cpu", weights_only=False)
+        weights = state.get("model_state_dict", state) if isinstance(state, dict) else {}
+        dtypes = {v.dtype for k, v in weights.items() if torch.is_tensor(v) and k.endswith(".weight")}
+        assert dtypes <= {torch.bfloat16}, (name, dtypes)
+    cfg = Config.model_validate({"model": {"name": "m", "checkpoint": "c"}, "variants": [{"name": "v"}]})
+    assert calibration_dtype(cfg, "cpu") == "float32" and calibration_dtype(cfg, "cuda") == "bfloat16"
+    cfg.calibration.dtype = "bfloat16"
+    assert calibration_dtype(cfg, "cpu") == "bfloat16"
+
+
+@pytest.mark.slow
 def test_exclude_keeps_attention_in_high_precision(quantized):
     q = json.loads((quantized["fp8_mlp_only"].path / "trtllm" / "config.json").read_text())["quantization"]
     assert any("attention" in m for m in q["exclude_modules"])

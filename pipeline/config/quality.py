@@ -4,6 +4,8 @@ model; docs/quality.md says where the defaults come from)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from .base import COUNT, INT32, INT32_MAX, ConfigPath, Strict, bounded
@@ -22,8 +24,17 @@ class TextSamples(Strict):
     seq_len: int = bounded(256, ge=8, le=INT32_MAX, limit=INT32)
 
 
+CALIBRATION_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
 class Calibration(TextSamples):
     batch_size: int = bounded(1, ge=1, le=INT32_MAX, limit=COUNT)
+    dtype: Literal[CALIBRATION_DTYPES] = Field(  # type: ignore[valid-type]
+        "auto",
+        description="Precision the model is calibrated in (the exports are written in build.dtype): auto is "
+        "build.dtype on a GPU and float32 on a CPU, where bfloat16 matrix products without bf16 units run "
+        "2-3x slower (docs/quality.md).",
+    )
 
 
 class Evaluation(TextSamples):

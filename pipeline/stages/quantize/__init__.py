@@ -39,6 +39,7 @@ from .export_check import check_hf, check_sliding_window, check_trtllm
 from .integrity import calibration_error, check_before_loading, check_finite
 from .model_io import (
     batches,
+    calibration_dtype,
     device,
     export_hf,
     export_trtllm,
@@ -47,6 +48,7 @@ from .model_io import (
     release_memory,
     restore,
     save_state,
+    torch_dtype,
 )
 from .recipes import check_shapes, recipe
 from .resources import check_disk, disk_full_is_an_error, gpu_memory, host_memory
@@ -134,6 +136,7 @@ class _Run:
     info: Any
     exports: tuple[str, ...]
     scratch_state: bool = False
+    dtype: str = ""  # the dtype the model was loaded (and calibrated) in
     model: Any = None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -166,7 +169,7 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
     log = io.StringIO()
     disk = _checks_and_disk(r)
     tokenizer = load_tokenizer(cfg)
-    _load(r)
+    _load(r, quant_cfg is not None)
     with (
         contextlib.redirect_stdout(log),
         warnings.catch_warnings(record=True) as caught,
@@ -176,6 +179,7 @@ def run(ctx: Context, variant: Variant, out: Path) -> dict:
         warnings.simplefilter("always")
         if quant_cfg is not None:
             _calibrate(r, quant_cfg, tokenizer, calset)
+            _to_build_dtype(r)
         _write_exports(r)
     release_memory()
     for w in caught:
@@ -199,10 +203,11 @@ def _checks_and_disk(r: _Run) -> dict:
     return check_disk(r.info, q.format, r.exports, r.out, cfg.model.name, r.variant.name, r.scratch_state)
 
 
-def _load(r: _Run) -> None:
-    """Load the checkpoint and refuse NaN / inf weights."""
+def _load(r: _Run, calibrates: bool) -> None:
+    """Load the checkpoint (in the calibration dtype when it is calibrated) and refuse NaN / inf weights."""
     t0 = time.perf_counter()
-    r.model = load_model(r.ctx.cfg, r.info)
+    r.dtype = calibration_dtype(r.ctx.cfg, device()) if calibrates else r.ctx.cfg.build.dtype
+    r.model = load_model(r.ctx.cfg, r.info, r.dtype)
     r.timings["load_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     check_finite(r.model, r.info.path)  # NaN / inf weights refused, naming the tensor (integrity.py: cost)
@@ -229,12 +234,21 @@ def _calibrate(r: _Run, quant_cfg: dict, tokenizer, calset) -> None:
     try:
         r.model = mtq.quantize(r.model, quant_cfg, forward_loop)
     except AssertionError as exc:
-        nan = calibration_error(exc, name, cfg.build.dtype)
+        nan = calibration_error(exc, name, r.dtype)
         if nan is None:
             raise
         raise nan from None
     r.timings["calibrate_s"] = time.perf_counter() - t0
     r.measure("calibrate")
+
+
+def _to_build_dtype(r: _Run) -> None:
+    """A model calibrated in another dtype (calibration.dtype) is cast to build.dtype before any export,
+    its config too: every export, and what the later stages read, is build.dtype's."""
+    dtype = r.ctx.cfg.build.dtype
+    if r.dtype != dtype:
+        r.model = r.model.to(torch_dtype(dtype))
+        r.model.config.dtype = torch_dtype(dtype)
 
 
 def _write_exports(r: _Run) -> None:
@@ -295,6 +309,7 @@ def _results(r: _Run, quant_cfg: dict | None, calset, disk: dict) -> dict:
             "samples": len(calset.texts),
             "seq_len": cfg.calibration.seq_len,
             "batch_size": cfg.calibration.batch_size,
+            "dtype": r.dtype,
         },
         "exports": sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != TOKENIZER_DIR),
         "export_check": r.export_check,

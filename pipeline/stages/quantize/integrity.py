@@ -271,9 +271,10 @@ def calibration_error(exc: BaseException, variant: str, dtype: str) -> StageFail
     if not isinstance(exc, AssertionError) or not re.search(r"(nan|inf) values in amax", text):
         return None
     what = "NaN" if "nan values" in text else "inf"
+    wider = ", or try calibration.dtype: float32" if dtype != "float32" else ""
     return StageFailed(
         f"variant '{variant}': ModelOpt met {what} in a calibration range (amax) - the weights are finite, so "
         f"the model's activations on the calibration text overflow {dtype}: check the checkpoint (weights far "
-        "outside the usual range are a damaged or mis-converted checkpoint), or try build.dtype: float32",
+        f"outside the usual range are a damaged or mis-converted checkpoint){wider}",
         detail=f"ModelOpt: {text.splitlines()[0] if text else 'AssertionError'}",
     )
