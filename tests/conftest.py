@@ -35,19 +35,24 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smollm2_init(tmp_path_factory):
-    """`lpx init DIR --example smollm2` once per session (one real GGUF conversion, ~35 s on 2 cores):
-    (the finished process, the project folder, the leftover it had to sweep). Fails, naming
-    `make real-model`, where the real model is not installed (it is part of `make test`)."""
-    from helpers_real_model import init_example
-
+def smollm2_gguf():
+    """The real model's GGUF, found in LPX's environment. Fails, naming `make real-model`, where it is not
+    installed (it is part of `make test`): these tests never skip."""
     from pipeline.errors import LpxError
     from pipeline.examples import example_gguf
 
     try:
-        example_gguf("smollm2")
+        return example_gguf("smollm2")[1]
     except LpxError as exc:
         pytest.fail(f"{exc.message} (these tests need the real model: run 'make real-model')")
+
+
+@pytest.fixture(scope="session")
+def smollm2_init(smollm2_gguf, tmp_path_factory):
+    """`lpx init DIR --example smollm2` once per session (one real GGUF conversion, ~35 s on 2 cores):
+    (the finished process, the project folder, the leftover it had to sweep)."""
+    from helpers_real_model import init_example
+
     return init_example(tmp_path_factory.mktemp("smollm2"))
 
 

