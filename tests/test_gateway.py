@@ -480,31 +480,28 @@ def triton_cpu_s(stack: Stack) -> float:
 
 
 def test_a_client_that_disconnects_stops_the_engine(stack: Stack) -> None:
-    """Generating the 120-token answer costs the engine seconds of CPU; a client that leaves after the
-    first chunk cancels the call, and the engine's CPU use drops to idle at once."""
+    """A client that leaves after the first chunk cancels the call. The answer is forced long (ignore_eos,
+    N tokens), so its engine CPU is measurable on any CPU; the abandoned call's whole CPU cost, counted
+    until well after a call that kept going would have ended, stays a small part of a whole answer's.
+    (An absolute floor on the whole answer's CPU broke on a fast CPU: 120 tokens cost 0.50 s there.)"""
     client = stack.client()
-    prompt = PROMPTS[2]  # the demo model answers it with 120 tokens
+    n = 300
+    ask = dict(model=MODEL, prompt=PROMPTS[2], max_tokens=n, temperature=0, extra_body={"ignore_eos": True})
+    before, t0 = triton_cpu_s(stack), time.monotonic()
+    whole = client.completions.create(**ask)
+    wall, full_cpu = time.monotonic() - t0, triton_cpu_s(stack) - before
+    assert whole.usage.completion_tokens == n
     before = triton_cpu_s(stack)
-    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=120, temperature=0)
-    full_cpu = triton_cpu_s(stack) - before
-    assert whole.usage.completion_tokens >= 100 and full_cpu > 0.5, full_cpu
     stream = client.completions.create(
-        model=MODEL,
-        prompt=prompt,
-        max_tokens=120,
-        temperature=0,
-        stream=True,
-        extra_headers={"x-request-id": "req-disconnect-test"},
+        **ask, stream=True, extra_headers={"x-request-id": "req-disconnect-test"}
     )
     next(iter(stream))
     stream.close()  # the client goes away after the first chunk
-    time.sleep(0.3)
-    before = triton_cpu_s(stack)
-    time.sleep(1.5)
-    after_cpu = triton_cpu_s(stack) - before
-    assert after_cpu < 0.1 * full_cpu, (after_cpu, full_cpu)
+    time.sleep(max(1.0, 1.5 * wall))  # an engine that kept going would have finished by now
+    abandoned_cpu = triton_cpu_s(stack) - before
+    assert abandoned_cpu < 0.4 * full_cpu, (abandoned_cpu, full_cpu, wall)
     line = _log_line(stack, "req-disconnect-test")
-    assert line["status"] == 499 and line["completion_tokens"] < 60 and line["stream"] is True
+    assert line["status"] == 499 and line["completion_tokens"] < n // 3 and line["stream"] is True
 
 
 def test_200_concurrent_streams_are_all_correct(stack: Stack) -> None:
