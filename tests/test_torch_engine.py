@@ -13,6 +13,7 @@ from helpers_engine import reference_greedy
 from pipeline.errors import LpxError
 from pipeline.runtime.engines.torch_engine import TorchEngine
 from pipeline.runtime.engines.torch_meta import read_meta
+from pipeline.runtime.engines.torch_stats import BatchLog
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["The first token of an answer", "Bread is made", "A good engineer", "Numbers tell stories"]
@@ -92,9 +93,20 @@ def test_cancel_ends_stream(engine: TorchEngine, tokenizer) -> None:
     assert 2 <= got < 400 and stream.finished
 
 
-def test_iteration_stats_follow_the_batch_and_the_cache(engine: TorchEngine, tokenizer) -> None:
+def test_iteration_stats_follow_the_batch_and_the_cache(
+    engine: TorchEngine, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """TensorRT-LLM's IterationStats from transformers' scheduler and paged cache: more requests than
-    max_batch_size wait, the batch and the used KV blocks grow while they run, and all go back to 0."""
+    max_batch_size wait, the batch and the used KV blocks grow while they run, and all go back to 0.
+    The stats are also read each time the scheduler forms a batch: polling alone missed every prompt's
+    batch on a fast CPU (the demo model's step is shorter than the poll)."""
+    log, per_batch = engine._stats.log, []
+
+    def record_then_read(batch: list) -> None:
+        BatchLog.record(log, batch)
+        per_batch.append(engine.iteration_stats())
+
+    monkeypatch.setattr(log, "record", record_then_read)
     max_batch = engine.meta["max_batch_size"]
     deadline = time.monotonic() + 10  # a request an earlier test cancelled leaves at the engine's next step
     while (before := engine.iteration_stats())["numActiveRequests"] and time.monotonic() < deadline:
@@ -111,6 +123,9 @@ def test_iteration_stats_follow_the_batch_and_the_cache(engine: TorchEngine, tok
         seen.append(engine.iteration_stats())
     for s in streams:
         list(s)
+    monkeypatch.undo()
+    assert per_batch, "no batch was formed"
+    seen += per_batch
     after = engine.iteration_stats()
     busy = max(seen, key=lambda st: st["kvCacheStats"]["usedNumBlocks"])
     kv, batch = busy["kvCacheStats"], busy["inflightBatchingStats"]
