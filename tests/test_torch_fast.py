@@ -154,7 +154,8 @@ def test_a_quantized_tied_lm_head_gets_its_own_folded_weight(variants):
 
 def test_fp8_quantizer_is_modelopts_bit_for_bit(variants):
     """fast_quantizer against the TensorQuantizer it replaces: values past amax, zeros, tiny values,
-    a strided input, float32 input, an AWQ pre-quant scale, and an amax below ModelOpt's epsilon."""
+    a strided input, float32 and float16 input, an AWQ pre-quant scale, an amax below ModelOpt's
+    epsilon, and every bfloat16 / float16 value (the domain of the fast path's lookup tables)."""
     import copy
 
     import torch
@@ -178,8 +179,15 @@ def test_fp8_quantizer_is_modelopts_bit_for_bit(variants):
     for q in cases:
         f = torch_fast.fast_quantizer(q)
         assert callable(f)
-        for inp in (x.bfloat16(), x, x.bfloat16().transpose(0, 1)):
-            assert torch.equal(f(inp), q(inp)) and f(inp).dtype == inp.dtype
+        for inp in (x.bfloat16(), x, x.bfloat16().transpose(0, 1), x.half()):
+            assert torch.equal(f(inp), q(inp)) and f(inp).dtype == q(inp).dtype
+        for dtype in (torch.bfloat16, torch.float16):  # the lookup tables' whole domain, NaN and inf too
+            every = torch_fast._every_value(dtype)
+            assert every.numel() == 65536 and every.view(torch.int16).unique().numel() == 65536
+            every = every.reshape(-1, x.shape[-1])  # rows of the hidden size: a pre-quant scale applies
+            got, want = f(every), q(every)
+            assert got.dtype == want.dtype and torch.isinf(every).sum() == 2 and torch.isnan(want).any()
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     disabled = awq.model.layers[0].mlp.gate_proj.output_quantizer
     assert torch_fast.fast_quantizer(disabled) is None
     dynamic = copy.deepcopy(cases[0])

@@ -16,7 +16,9 @@ on SmolLM2-135M the fp8 variant decoded 15x slower than bf16. Here, per module:
     `fast_quantizer`; with all of them disabled the attention runs its original transformers forward.
   - fast_quantizer: static per-tensor FP8 (E4M3) with the calibrated amax is ModelOpt's `_fp8_eager`
     with its scale computed once: scale = 448 / amax in float32, x -> (x.float() * scale).clamp(+-448)
-    -> float8_e4m3fn -> float32 * (1 / scale) -> x's dtype, op for op; a disabled quantizer is its
+    -> float8_e4m3fn -> float32 * (1 / scale) -> x's dtype, op for op; for a bfloat16 / float16 input
+    that sequence is run once over all 65,536 values of the dtype and each call is a lookup in that
+    table (the same result by construction, 3x faster at decode); a disabled quantizer is its
     pre-quant scale (AWQ's `x * pre_quant_scale`) or nothing.
 
 Anything else (a quantizer kind not listed, a rotation, calibration mode, a dynamic amax) keeps
@@ -68,14 +70,33 @@ def _static_fp8(q) -> bool:
     )
 
 
+def _fp8_qdq(x, scale, inv):
+    """ModelOpt's _fp8_eager with its scale given: the op sequence every fast FP8 result comes from."""
+    import torch
+
+    dtype = x.dtype
+    y = (x.to(torch.float32) * scale).clamp(min=-FP8_MAX, max=FP8_MAX)
+    return (y.to(torch.float8_e4m3fn).to(torch.float32) * inv).to(dtype)
+
+
+def _every_value(dtype):
+    """All 65,536 values of a 16-bit float dtype, the one with bit pattern i at index i."""
+    import torch
+
+    return torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
 class _FP8Scale:
     """(scale, 1/scale) as float32 tensors, computed as _fp8_eager computes them from the current
-    amax tensor, recomputed when that tensor is replaced (model.to(...) makes a new one)."""
+    amax tensor, recomputed when that tensor is replaced (model.to(...) makes a new one); and, per
+    16-bit input dtype, the quantize-dequantize of every value of that dtype (a 128-KiB table, shared
+    through `shared` by the quantizers of one model whose scale is the same number)."""
 
-    __slots__ = ("amax", "scale", "inv")
+    __slots__ = ("amax", "scale", "inv", "tables", "shared")
 
-    def __init__(self) -> None:
+    def __init__(self, shared: dict | None = None) -> None:
         self.amax = None
+        self.shared = {} if shared is None else shared
 
     def get(self, amax):
         import torch
@@ -84,13 +105,30 @@ class _FP8Scale:
             a = amax.to(torch.float32)
             safe = torch.where(a <= _EPS, torch.ones_like(a), a)
             scale = FP8_MAX / safe
-            self.amax, self.scale, self.inv = amax, scale, 1 / scale
+            self.amax, self.scale, self.inv, self.tables = amax, scale, 1 / scale, {}
         return self.scale, self.inv
 
+    def table(self, amax, dtype):
+        """The lookup table for `dtype` (bfloat16 / float16), or None for another dtype."""
+        import torch
 
-def fast_quantizer(q):
+        scale, inv = self.get(amax)
+        table = self.tables.get(dtype)
+        if table is None:
+            if dtype not in (torch.bfloat16, torch.float16):
+                return None
+            key = (scale.item(), dtype)
+            table = self.shared.get(key)
+            if table is None:
+                table = self.shared[key] = _fp8_qdq(_every_value(dtype), scale, inv)
+            self.tables[dtype] = table
+        return table
+
+
+def fast_quantizer(q, tables: dict | None = None):
     """A plain-torch stand-in for TensorQuantizer `q` (same outputs), None for identity, or False when
-    `q` is of a kind this module does not reproduce (then keep `q` itself)."""
+    `q` is of a kind this module does not reproduce (then keep `q` itself). `tables`: lookup tables
+    shared by the quantizers of one model (_FP8Scale)."""
     import torch
 
     if type(q).__name__ != "TensorQuantizer" or not _plain(q):
@@ -106,20 +144,25 @@ def fast_quantizer(q):
         return scaled
     if not _static_fp8(q):
         return False
-    cache = _FP8Scale()
-    f32, fp8 = torch.float32, torch.float8_e4m3fn
+    cache = _FP8Scale(tables)
+    i16, i64 = torch.int16, torch.int64
 
     def fp8_quant(x):
         if x.numel() == 0:
             return x
         if has_pqs:
             x = x * q.pre_quant_scale
+        table = cache.table(q._amax, x.dtype)
+        if table is not None:
+            # A 16-bit input's result is its entry in the table _fp8_qdq computed over every value of
+            # the dtype: equal by construction, one gather instead of six elementwise passes (3x
+            # faster on a decode step's activations, where each op's dispatch is the cost). A negative
+            # int16 index wraps to the table's upper half, where those bit patterns are.
+            return table[x.view(i16).to(i64)]
         if not x.is_contiguous():
             x = x.contiguous()
         scale, inv = cache.get(q._amax)
-        dtype = x.dtype
-        y = (x.to(f32) * scale).clamp(min=-FP8_MAX, max=FP8_MAX)
-        return (y.to(fp8).to(f32) * inv).to(dtype)
+        return _fp8_qdq(x, scale, inv)
 
     return fp8_quant
 
@@ -155,11 +198,11 @@ def _linear_forward(in_q):
     return forward
 
 
-def _fold_linear(module, shared: set[int], stats: dict) -> bool:
+def _fold_linear(module, shared: set[int], stats: dict, tables: dict) -> bool:
     import torch
 
     wq, in_q, out_q = module.weight_quantizer, module.input_quantizer, module.output_quantizer
-    fast_in = fast_quantizer(in_q)
+    fast_in = fast_quantizer(in_q, tables)
     if fast_in is False or fast_quantizer(out_q) is not None or not _weight_foldable(wq):
         return False
     weight = module._parameters["weight"]
@@ -179,10 +222,10 @@ def _fold_linear(module, shared: set[int], stats: dict) -> bool:
     return True
 
 
-def _fast_attention(module, stats: dict) -> bool:
+def _fast_attention(module, stats: dict, tables: dict) -> bool:
     names = ("q_bmm_quantizer", "k_bmm_quantizer", "v_bmm_quantizer", "p_bmm_quantizer")
     quantizers = [getattr(module, n) for n in names]
-    fast = [fast_quantizer(q) for q in quantizers]
+    fast = [fast_quantizer(q, tables) for q in quantizers]
     if any(f is False for f in fast) or fast[3] is not None:
         return False
     if all(f is None for f in fast):  # no KV-cache quantization: transformers' own attention
@@ -207,14 +250,15 @@ def apply(model) -> dict:
     for _, p in model.named_parameters(remove_duplicate=False):
         counts[p.data_ptr()] = counts.get(p.data_ptr(), 0) + 1
     shared = {ptr for ptr, n in counts.items() if n > 1}
+    tables: dict = {}  # FP8 lookup tables by (scale, dtype), built at a quantizer's first call
     for name, module in model.named_modules():
         if isinstance(module, QuantLinearConvBase) and isinstance(module, torch.nn.Linear):
-            if _fold_linear(module, shared, stats):
+            if _fold_linear(module, shared, stats, tables):
                 stats["linears"] += 1
             else:
                 stats["live"].append(name)
         elif isinstance(module, _QuantAttention):
-            if _fast_attention(module, stats):
+            if _fast_attention(module, stats, tables):
                 stats["attention"] += 1
             else:
                 stats["live"].append(name)
