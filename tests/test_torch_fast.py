@@ -180,7 +180,9 @@ def test_fp8_quantizer_is_modelopts_bit_for_bit(variants):
         f = torch_fast.fast_quantizer(q)
         assert callable(f)
         for inp in (x.bfloat16(), x, x.bfloat16().transpose(0, 1), x.half()):
-            assert torch.equal(f(inp), q(inp)) and f(inp).dtype == q(inp).dtype
+            # x's dtype, or the promoted one of x * pre_quant_scale (float16 x, bfloat16 scale)
+            dtype = inp.dtype if q.pre_quant_scale is None else (inp * q.pre_quant_scale).dtype
+            assert torch.equal(f(inp), q(inp)) and f(inp).dtype == q(inp).dtype == dtype
         for dtype in (torch.bfloat16, torch.float16):  # the lookup tables' whole domain, NaN and inf too
             every = torch_fast._every_value(dtype)
             assert every.numel() == 65536 and every.view(torch.int16).unique().numel() == 65536

@@ -108,19 +108,19 @@ class _FP8Scale:
             self.amax, self.scale, self.inv, self.tables = amax, scale, 1 / scale, {}
         return self.scale, self.inv
 
-    def table(self, amax, dtype):
-        """The lookup table for `dtype` (bfloat16 / float16), or None for another dtype."""
+    def table(self, dtype):
+        """The lookup table for `dtype` (bfloat16 / float16) at the scale get() last computed, or None
+        for another dtype."""
         import torch
 
-        scale, inv = self.get(amax)
         table = self.tables.get(dtype)
         if table is None:
             if dtype not in (torch.bfloat16, torch.float16):
                 return None
-            key = (scale.item(), dtype)
+            key = (self.scale.item(), dtype)
             table = self.shared.get(key)
             if table is None:
-                table = self.shared[key] = _fp8_qdq(_every_value(dtype), scale, inv)
+                table = self.shared[key] = _fp8_qdq(_every_value(dtype), self.scale, self.inv)
             self.tables[dtype] = table
         return table
 
@@ -152,7 +152,8 @@ def fast_quantizer(q, tables: dict | None = None):
             return x
         if has_pqs:
             x = x * q.pre_quant_scale
-        table = cache.table(q._amax, x.dtype)
+        scale, inv = cache.get(q._amax)
+        table = cache.table(x.dtype)
         if table is not None:
             # A 16-bit input's result is its entry in the table _fp8_qdq computed over every value of
             # the dtype: equal by construction, one gather instead of six elementwise passes (3x
@@ -161,7 +162,6 @@ def fast_quantizer(q, tables: dict | None = None):
             return table[x.view(i16).to(i64)]
         if not x.is_contiguous():
             x = x.contiguous()
-        scale, inv = cache.get(q._amax)
         return _fp8_qdq(x, scale, inv)
 
     return fp8_quant
