@@ -341,18 +341,27 @@ def test_init_container_streams_the_tarball_into_its_volume(packed, tmp_path, go
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
     )
     served = packed["tarball"].parent
+    server_log = tmp_path / "http-server.log"
     server = subprocess.Popen(
-        ["nsenter", f"--net=/proc/{pod.holder.pid}/ns/net", sys.executable, "-m", "http.server", "8080"],
+        [
+            *("nsenter", f"--net=/proc/{pod.holder.pid}/ns/net"),
+            *(sys.executable, "-I", "-m", "http.server", "--bind", "127.0.0.1", "8080"),
+        ],
         cwd=served,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=server_log.open("wb"),
     )
     try:
         from pod_runner import in_netns, probe_once
 
-        for _ in range(100):
-            if in_netns(pod.holder.pid, lambda: probe_once({"tcpSocket": {"port": 8080}}, {})):
-                break
+        # Wait for the file server itself (a wait, not a timing check). A 10-s loop that went on regardless once
+        # let CI blame the init container's curl ("connection refused") for a server that had not come up.
+        deadline = time.monotonic() + 90
+        while not in_netns(pod.holder.pid, lambda: probe_once({"tcpSocket": {"port": 8080}}, {})):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"the test's file server never listened (exit {server.poll()}):\n{server_log.read_text()}"
+                )
             time.sleep(0.1)
         if good:
             pod.run(init, init["command"], timeout=120)
