@@ -19,7 +19,10 @@ the table gets an AIPerf block beside `lpx bench`'s.
 real-model example's, say). `--trace` starts LPX's servers with LPX_TRACE (pipeline/trace.py) and, after
 the rounds, sends streamed completions at each level and prints where the median token spent its time in
 each hop (engine core -> vLLM worker -> the stub's reader -> the request's thread -> Triton's sender ->
-the gateway -> the client); `--no-bench` skips the rounds, `--servers` picks the servers.
+the gateway -> the client); `--no-bench` skips the rounds, `--servers` picks the servers. `--pin 1`
+binds LPX's own hops (gateway, tritonserver, its python stubs) to CPU 1 once the servers are up, off the
+core vLLM binds its compute threads to (VLLM_CPU_OMP_THREADS_BIND=auto: core 0 of 2), to see what the
+machine's sharing costs LPX's path.
 
     .venv/bin/python scripts/bench_vllm.py --out /tmp/trace --trace --no-bench --servers lpx-vllm
 """
@@ -300,6 +303,39 @@ def cpu_s(pid: int) -> dict[str, float]:
     return out
 
 
+def pin_hops(pid: int, cpus: set[int]) -> list[str]:
+    """Bind every thread of LPX's own hops in a server's tree (lpx serve, the gateway, tritonserver, its
+    python stubs) to `cpus`, leaving vLLM's processes (the worker and all it started) where vLLM put
+    them; threads started later inherit the binding. What was pinned, as "role pid"."""
+    import psutil
+
+    root = psutil.Process(pid)
+    vllm: set[int] = set()
+    for proc in [root, *root.children(recursive=True)]:
+        if role(proc) == "vLLM engine" and "vllm_worker.py" in " ".join(proc.cmdline()):
+            vllm |= {proc.pid, *(c.pid for c in proc.children(recursive=True))}
+    pinned = []
+    for proc in [root, *root.children(recursive=True)]:
+        if proc.pid in vllm:
+            continue
+        for task in Path(f"/proc/{proc.pid}/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), cpus)
+            except (ProcessLookupError, PermissionError):
+                continue  # the thread ended meanwhile
+        pinned.append(f"{role(proc)} {proc.pid}")
+    left = []
+    for v in sorted(vllm):
+        try:
+            cpus = {
+                tuple(sorted(os.sched_getaffinity(int(t.name)))) for t in Path(f"/proc/{v}/task").iterdir()
+            }
+        except (ProcessLookupError, FileNotFoundError):
+            continue
+        left.append(f"vLLM {v} threads on {sorted(cpus)}")
+    return pinned + left
+
+
 def cpu_table(cpu: dict[str, list[dict]]) -> str:
     """Per server, the CPU its tree spent per output token while it was measured (median over rounds), by
     role, and what the idle servers spent meanwhile."""
@@ -350,6 +386,11 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def _cpu_range(part: str) -> range:
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -365,7 +406,20 @@ def main() -> None:
         "--no-bench", action="store_true", help="skip the rounds (with --trace: the timeline only)"
     )
     ap.add_argument("--servers", default="lpx-vllm,lpx-torch,vllm-own", help="which servers to start")
+    ap.add_argument(
+        "--pin",
+        help="CPUs (e.g. 1 or 1-3) to bind LPX's own hops to once the servers are up: the gateway, "
+        "tritonserver and its stubs, not vLLM's processes (vLLM binds its compute threads itself)",
+    )
     args = ap.parse_args()
+    pin = None
+    if args.pin:
+        try:
+            pin = {c for part in args.pin.split(",") for c in _cpu_range(part)}
+        except ValueError:
+            raise SystemExit(f"--pin {args.pin}: give CPU numbers, e.g. 1 or 1-3 or 0,2") from None
+        if not pin <= os.sched_getaffinity(0):
+            raise SystemExit(f"--pin {args.pin}: this machine's CPUs are {sorted(os.sched_getaffinity(0))}")
     chosen = set(args.servers.split(","))
     if not chosen <= {"lpx-vllm", "lpx-torch", "vllm-own"}:
         raise SystemExit(f"--servers: {args.servers} - choose among lpx-vllm, lpx-torch, vllm-own")
@@ -405,6 +459,12 @@ def main() -> None:
             wait_ready(url, proc)
             servers["vllm-own"] = url
         pids = {name: p.pid for name, p in zip(servers, procs, strict=True)}
+        if pin is not None:
+            for name, pid in pids.items():
+                if name.startswith("lpx-"):
+                    print(
+                        f"{name}: pinned to CPUs {sorted(pin)}: {', '.join(pin_hops(pid, pin))}", flush=True
+                    )
         cpu: dict[str, list[dict]] = {name: [] for name in servers}
         results: dict[str, list[dict]] = {name: [] for name in servers}
         for r in range(0 if args.no_bench else args.rounds):
