@@ -29,7 +29,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.runtime.model_args import cancelled, model_params, triton_error
+from pipeline.runtime.model_args import CancelWatch, model_params, triton_error
 from pipeline.runtime.tensors import (
     ENGINE_INPUT_NAMES,
     PRE_TO_ENGINE,
@@ -138,9 +138,10 @@ class TritonPythonModel:
         texts: list[np.ndarray] = []
         extras: dict[str, np.ndarray] = {}
         total = 0
+        gone = CancelWatch(sender)
         for response in responses:
             checked(response, self.engine)
-            if cancelled(sender):
+            if gone():
                 sender.send(flags=FINAL)
                 return
             got = {name: pb_utils.get_output_tensor_by_name(response, name) for name in self.extras}

@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import trace
 from .engines.base import ENGINE_OPTIONS
-from .model_args import cancelled, eos_ids_in, model_params, triton_error
+from .model_args import CancelWatch, eos_ids_in, model_params, triton_error
 from .request_inputs import given_inputs, guide_options, pb_utils, scalar, words
 from .tensors import LPX_TRTLLM, TRTLLM_IO
 from .validate import FEATURE_DEFAULTS, Limits, RequestError, check
@@ -251,8 +251,9 @@ class GenerationModel:
         """All tokens of a non-streaming request, cut after a stop sequence; None if the client left."""
         tokens: list[int] = []
         stops = job["stops"]
+        gone = CancelWatch(sender)
         for delta in stream:
-            if cancelled(sender):
+            if gone():
                 stream.cancel()
                 return None
             timestamp(job, delta)
@@ -265,8 +266,9 @@ class GenerationModel:
 
     def _stream(self, stream, job: dict, sender) -> None:
         sent, tokens = 0, []
+        gone = CancelWatch(sender)
         for delta in stream:
-            if cancelled(sender):
+            if gone():
                 stream.cancel()
                 sender.send(flags=pb_utils().TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
