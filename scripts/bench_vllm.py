@@ -306,33 +306,32 @@ def cpu_s(pid: int) -> dict[str, float]:
 def pin_hops(pid: int, cpus: set[int]) -> list[str]:
     """Bind every thread of LPX's own hops in a server's tree (lpx serve, the gateway, tritonserver, its
     python stubs) to `cpus`, leaving vLLM's processes (the worker and all it started) where vLLM put
-    them; threads started later inherit the binding. What was pinned, as "role pid"."""
+    them; threads started later inherit the binding. What was pinned, as "role pid", then where vLLM's
+    processes' threads are."""
     import psutil
 
     root = psutil.Process(pid)
+    tree = [root, *root.children(recursive=True)]
     vllm: set[int] = set()
-    for proc in [root, *root.children(recursive=True)]:
-        if role(proc) == "vLLM engine" and "vllm_worker.py" in " ".join(proc.cmdline()):
+    for proc in tree:
+        if "vllm_worker.py" in " ".join(proc.cmdline()):
             vllm |= {proc.pid, *(c.pid for c in proc.children(recursive=True))}
-    pinned = []
-    for proc in [root, *root.children(recursive=True)]:
-        if proc.pid in vllm:
-            continue
-        for task in Path(f"/proc/{proc.pid}/task").iterdir():
+    pinned, left = [], []
+    for proc in tree:
+        tasks = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
+        on = set()
+        for task in tasks:
             try:
-                os.sched_setaffinity(int(task.name), cpus)
+                if proc.pid in vllm:
+                    on.add(tuple(sorted(os.sched_getaffinity(task))))
+                else:
+                    os.sched_setaffinity(task, cpus)
             except (ProcessLookupError, PermissionError):
                 continue  # the thread ended meanwhile
-        pinned.append(f"{role(proc)} {proc.pid}")
-    left = []
-    for v in sorted(vllm):
-        try:
-            cpus = {
-                tuple(sorted(os.sched_getaffinity(int(t.name)))) for t in Path(f"/proc/{v}/task").iterdir()
-            }
-        except (ProcessLookupError, FileNotFoundError):
+        if proc.pid in vllm:
+            left.append(f"vLLM {proc.pid} threads on {sorted(on)}")
             continue
-        left.append(f"vLLM {v} threads on {sorted(cpus)}")
+        pinned.append(f"{role(proc)} {proc.pid}")
     return pinned + left
 
 
