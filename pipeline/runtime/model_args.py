@@ -61,8 +61,9 @@ def triton_error(message: str, invalid: bool):
 
 # How often a stream asks Triton whether its client has gone. In the python backend each ask is a round
 # trip through tritonserver (PbCancel::IsCancelled waits for the stub's parent to answer), as each
-# response_sender.send is: asked before every token it doubled the stub's waits on tritonserver, which on
-# a busy CPU wait for a core. Asked this often, an abandoned request runs at most this much longer.
+# response_sender.send is: asked before every token it made two round trips a token instead of one, each
+# waiting for a core on a busy CPU. Asked this often, an abandoned request runs at most this much longer,
+# plus the token being generated when the check comes.
 CANCEL_CHECK_S = 0.05
 
 
