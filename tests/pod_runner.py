@@ -21,11 +21,16 @@ Needs root (mount and user namespaces); callers skip when not root.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
+import http.server
 import os
+import select
 import shlex
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -151,15 +156,26 @@ class Pod:
         self.work.mkdir(parents=True, exist_ok=True)
         self.fs_group = self.spec.get("securityContext", {}).get("fsGroup")
         self.sources = {v["name"]: self._volume(v) for v in self.spec.get("volumes", [])}
+        # The holder says "up" once it is in its own network namespace with loopback up. Polling
+        # /proc/<pid>/ns/net from the start raced unshare: read before unshare(2) it is this process's own
+        # namespace, so the check passed there while the pod's loopback was still down, and a file server or
+        # a curl started next landed in different namespaces or found no loopback (CI, loaded machine).
         self.holder = subprocess.Popen(
-            ["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 100000"],
+            ["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec sleep 100000"],
             start_new_session=True,
+            stdout=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 10
-        while not in_netns(self.holder.pid, lambda: _lo_up()):
-            if time.monotonic() > deadline:
-                raise PodFailure("the pod's network namespace did not come up")
-            time.sleep(0.05)
+        ready, _, _ = select.select([self.holder.stdout], [], [], 60)
+        line = self.holder.stdout.readline() if ready else b""  # EOF (b"") if unshare or ip failed
+        self.holder.stdout.close()
+        if line != b"up\n":
+            raise PodFailure(
+                f"the pod's network namespace did not come up (holder exit {self.holder.poll()})"
+            )
+        if os.readlink(f"/proc/{self.holder.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            raise PodFailure("the pod's holder is in this machine's network namespace, not its own")
+        if not in_netns(self.holder.pid, _lo_up):
+            raise PodFailure("the pod's loopback carries no connection")
 
     def _volume(self, v: dict) -> Path:
         folder = self.work / "volumes" / v["name"]
@@ -316,13 +332,48 @@ class Pod:
 
 
 def _lo_up() -> bool:
+    """Loopback carries a connection. Binding 127.0.0.1 is not enough: under gVisor (this machine's sandbox) the
+    bind succeeds before `ip link set lo up` has run, and a connect then fails with ENETUNREACH."""
     try:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        s.close()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            socket.create_connection(s.getsockname(), timeout=2).close()
         return True
     except OSError:
         return False
+
+
+class _QuietFileServer(http.server.ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind looks the host up by reverse DNS (socket.getfqdn) between bind() and listen();
+        # inside a pod's network with no resolver that lookup is not wanted.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+@contextlib.contextmanager
+def file_server(pid: int, folder: Path, port: int):
+    """Serve `folder` over HTTP at 127.0.0.1:port inside the network namespace of `pid`, from threads of this
+    process. The socket is made, bound and listening inside that namespace (a socket keeps the namespace it was
+    made in) before this yields, so there is no readiness to poll, and no second process that could land in
+    another namespace."""
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = in_netns(
+        pid, lambda: _QuietFileServer(("127.0.0.1", port), functools.partial(Handler, directory=str(folder)))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
 
 
 def resolve_command(c: dict, images: dict[str, list[str]]) -> list[str]:

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -340,37 +339,16 @@ def test_init_container_streams_the_tarball_into_its_volume(packed, tmp_path, go
         config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
     )
-    served = packed["tarball"].parent
-    server_log = tmp_path / "http-server.log"
-    server = subprocess.Popen(
-        [
-            *("nsenter", f"--net=/proc/{pod.holder.pid}/ns/net"),
-            *(sys.executable, "-I", "-m", "http.server", "--bind", "127.0.0.1", "8080"),
-        ],
-        cwd=served,
-        stdout=subprocess.DEVNULL,
-        stderr=server_log.open("wb"),
-    )
-    try:
-        from pod_runner import in_netns, probe_once
+    from pod_runner import file_server
 
-        # Wait for the file server itself (a wait, not a timing check). A 10-s loop that went on regardless once
-        # let CI blame the init container's curl ("connection refused") for a server that had not come up.
-        deadline = time.monotonic() + 90
-        while not in_netns(pod.holder.pid, lambda: probe_once({"tcpSocket": {"port": 8080}}, {})):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"the test's file server never listened (exit {server.poll()}):\n{server_log.read_text()}"
-                )
-            time.sleep(0.1)
-        if good:
-            pod.run(init, init["command"], timeout=120)
-        else:
-            with pytest.raises(PodFailure, match="has sha256 .* not 0000"):
+    try:
+        with file_server(pod.holder.pid, packed["tarball"].parent, 8080):
+            if good:
                 pod.run(init, init["command"], timeout=120)
+            else:
+                with pytest.raises(PodFailure, match="has sha256 .* not 0000"):
+                    pod.run(init, init["command"], timeout=120)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
         pod.stop()
     models = pod.sources["models"]
     found = sorted(p.relative_to(models) for p in models.rglob("manifest.json"))
