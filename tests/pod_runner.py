@@ -172,8 +172,6 @@ class Pod:
             raise PodFailure(
                 f"the pod's network namespace did not come up (holder exit {self.holder.poll()})"
             )
-        if os.readlink(f"/proc/{self.holder.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
-            raise PodFailure("the pod's holder is in this machine's network namespace, not its own")
         if not in_netns(self.holder.pid, _lo_up):
             raise PodFailure("the pod's loopback carries no connection")
 
@@ -344,12 +342,17 @@ def _lo_up() -> bool:
         return False
 
 
-class _QuietFileServer(http.server.ThreadingHTTPServer):
+class _FileServer(http.server.ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind looks the host up by reverse DNS (socket.getfqdn) between bind() and listen();
         # inside a pod's network with no resolver that lookup is not wanted.
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
+
+
+class _QuietFileHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 @contextlib.contextmanager
@@ -358,14 +361,8 @@ def file_server(pid: int, folder: Path, port: int):
     process. The socket is made, bound and listening inside that namespace (a socket keeps the namespace it was
     made in) before this yields, so there is no readiness to poll, and no second process that could land in
     another namespace."""
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = in_netns(
-        pid, lambda: _QuietFileServer(("127.0.0.1", port), functools.partial(Handler, directory=str(folder)))
-    )
+    handler = functools.partial(_QuietFileHandler, directory=str(folder))
+    server = in_netns(pid, lambda: _FileServer(("127.0.0.1", port), handler))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
