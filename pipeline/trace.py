@@ -9,11 +9,16 @@ and `n`, the tokens generated so far (the join key across hops):
 
     worker    vLLM's worker (vllm_worker.py, which imports nothing of LPX and writes the same lines):
               `core`, when vLLM's engine core emitted the delta (RequestOutput.metrics.last_token_ts,
-              engine-core monotonic time), and `t`, just before the worker wrote it to the stub
-    stub      the Triton model's engine reader: `read` (vllm: the line read from the worker; torch:
-              the delta taken from the engine's queue) and `sent`, just before Triton's response sender
-              (with `tid`, Triton's request id, beside the engine's `id`)
-    gateway   the gateway's gRPC stream: `t`, the Triton response read (`id`: Triton's request id)
+              engine-core monotonic time), and `t`, just before the worker wrote it to the stub; the
+              first delta also has `queued_ts` / `scheduled_ts` (when the engine core queued and first
+              scheduled the request), and a record with `n` 0 says when the worker read the request
+    reader    VllmEngine's reader thread: the worker's line read
+    taken     the request's thread took the delta off the engine's queue (DeltaStream)
+    stub      just before Triton's response sender (`tid`, Triton's request id, beside the engine's `id`)
+    gateway   the gateway's gRPC stream: the Triton response read (`id`: Triton's request id)
+    request   the request's own path, once per request (`at`): `gateway` (handed to Triton, `tid`),
+              `stub` (the Triton model's execute() has it, `tid`) and `submitted` (the engine has it:
+              `tid` and the engine's `id`)
 
 scripts/bench_vllm.py --trace sends streamed requests, adds the client's receipt of each chunk and prints
 the median time a token spent in each hop at each concurrency.

@@ -166,6 +166,117 @@ def timeline(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, 
     return spent
 
 
+PATH = (  # (name, from, to): a request's path to its first token, in order
+    ("client -> gateway's gRPC call", "sent", "gateway"),
+    ("gRPC call -> stub's execute()", "gateway", "stub"),
+    ("execute() -> written to the worker", "stub", "submitted"),
+    ("written -> worker read it", "submitted", "got"),
+    ("worker read -> engine core queued", "got", "queued"),
+    ("queued -> scheduled", "queued", "scheduled"),
+    ("scheduled -> first token (prefill)", "scheduled", "core"),
+    ("first token -> client", "core", "client"),
+    ("TTFT (client)", "sent", "client"),
+)
+
+
+def request_path(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, list[float]]:
+    """step name -> the milliseconds each request of `requests` spent in it before its first token
+    reached the client (the `request` hop's records, the worker's n=0 record and its first delta's)."""
+    asked = {(r["at"], r["tid"]): r for r in records.get("request", [])}
+    got = {r["id"]: r for r in records.get("worker", []) if r["n"] == 0}
+    first: dict[str, dict] = {}
+    for r in records.get("worker", []):
+        if r["n"] > 0 and (r["id"] not in first or r["n"] < first[r["id"]]["n"]):
+            first[r["id"]] = r
+    spent: dict[str, list[float]] = {name: [] for name, _, _ in PATH}
+    for req in requests:
+        if not req["id"] or not req["chunks"]:
+            continue
+        tid = "req-" + req["id"].split("-", 1)[1]
+        submitted = asked.get(("submitted", tid)) or {}
+        rid = submitted.get("id")
+        core = first.get(rid) or {}
+        points = {
+            "sent": req["sent"],
+            "gateway": (asked.get(("gateway", tid)) or {}).get("t"),
+            "stub": (asked.get(("stub", tid)) or {}).get("t"),
+            "submitted": submitted.get("t"),
+            "got": (got.get(rid) or {}).get("t"),
+            "queued": core.get("queued_ts"),
+            "scheduled": core.get("scheduled_ts"),
+            "core": core.get("core"),
+            "client": req["chunks"][0],
+        }
+        for name, a, b in PATH:
+            if points[a] and points[b]:
+                spent[name].append((points[b] - points[a]) * 1000)
+    return spent
+
+
+def vllm_own_path(url: str, levels: str, prompt: str, n: int = 0) -> str:
+    """vLLM's own server, the same streamed requests: the client's TTFT against what vLLM's metrics say of
+    its engine (means of the /metrics histograms over each level: its front end's TTFT, from the request's
+    arrival in its API server to the first token's output there; queue and prefill times in its engine
+    core), so the front end's share of TTFT is the difference."""
+    names = {
+        "ttft": "vllm:time_to_first_token_seconds",
+        "queue": "vllm:request_queue_time_seconds",
+        "prefill": "vllm:request_prefill_time_seconds",
+    }
+
+    def scrape() -> dict[str, tuple[float, float]]:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        text = opener.open(f"{url}/metrics", timeout=30).read().decode()
+        out = {}
+        for key, name in names.items():
+            sums = [
+                float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "_sum")
+            ]
+            counts = [
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith(name + "_count")
+            ]
+            out[key] = (sum(sums), sum(counts))
+        return out
+
+    wanted = [int(x) for x in levels.split(",")]
+    traced_requests(url, 1, 2, prompt, 8)  # warm-up
+    lines = ["| mean ms | " + " | ".join(f"c={c}" for c in wanted) + " |", "|---" * (len(wanted) + 1) + "|"]
+    cells: dict[str, list[str]] = {k: [] for k in ("client", "ttft", "front", "queue", "prefill", "rest")}
+    for c in wanted:
+        before = scrape()
+        done = traced_requests(url, c, n or max(2 * c, 4), prompt, 64)
+        after = scrape()
+        mean = {}
+        for key in names:
+            n = after[key][1] - before[key][1]
+            mean[key] = (after[key][0] - before[key][0]) / n * 1000 if n else float("nan")
+        ttfts = [(r["chunks"][0] - r["sent"]) * 1000 for r in done if r["chunks"]]
+        client = statistics.fmean(ttfts) if ttfts else float("nan")
+        values = {
+            "client": client,
+            "ttft": mean["ttft"],
+            "front": client - mean["ttft"],
+            "queue": mean["queue"],
+            "prefill": mean["prefill"],
+            "rest": mean["ttft"] - mean["queue"] - mean["prefill"],
+        }
+        for key, value in values.items():
+            cells[key].append(f"{value:.2f}")
+    labels = {
+        "client": "TTFT (client)",
+        "ttft": "vLLM's TTFT (API server: arrival -> first token)",
+        "front": "client - vLLM's TTFT (HTTP, its front end before arrival, SSE)",
+        "queue": "queued -> scheduled",
+        "prefill": "scheduled -> first token (prefill)",
+        "rest": "vLLM's TTFT - queue - prefill (API server <-> engine core)",
+    }
+    for key, label in labels.items():
+        lines.append(f"| {label} | " + " | ".join(cells[key]) + " |")
+    return "\n".join(lines)
+
+
 def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]]) -> str:
     """Per hop, the median (p90) milliseconds a token spent in it at each concurrency."""
     head = " | ".join(f"c={c} p50 (p90) ms" for c in levels)
@@ -183,17 +294,22 @@ def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]]) -> 
     return "\n".join(lines)
 
 
-def trace_run(url: str, folder: Path, levels: str, prompt: str) -> str:
+def trace_run(url: str, folder: Path, levels: str, prompt: str, n: int = 0) -> str:
     from pipeline import trace
 
-    spent = {}
+    spent, path = {}, {}
     wanted = [int(x) for x in levels.split(",")]
     traced_requests(url, 1, 2, prompt, 8)  # warm-up
     for c in wanted:
-        done = traced_requests(url, c, max(2 * c, 4), prompt, 64)
+        done = traced_requests(url, c, n or max(2 * c, 4), prompt, 64)
         time.sleep(0.5)  # the hops' last lines reach their files
-        spent[c] = timeline(trace.read(folder), done)
-    return trace_table(wanted, spent)
+        records = trace.read(folder)
+        spent[c], path[c] = timeline(records, done), request_path(records, done)
+    return (
+        trace_table(wanted, spent)
+        + "\n\nThe request's path to its first token:\n\n"
+        + trace_table(wanted, path)
+    )
 
 
 def start_lpx(cfg: Path, port: int, log: Path, env: dict) -> tuple[str, subprocess.Popen]:
@@ -402,6 +518,12 @@ def main() -> None:
     )
     ap.add_argument("--trace", action="store_true", help="the per-hop timeline of LPX's servers (LPX_TRACE)")
     ap.add_argument(
+        "--trace-requests",
+        type=int,
+        default=0,
+        help="streamed requests a level for --trace (default 2 x c, 4 at least)",
+    )
+    ap.add_argument(
         "--no-bench", action="store_true", help="skip the rounds (with --trace: the timeline only)"
     )
     ap.add_argument("--servers", default="lpx-vllm,lpx-torch,vllm-own", help="which servers to start")
@@ -486,7 +608,10 @@ def main() -> None:
         prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 12)
         for name, folder in traces.items():
             text += f"\n\n{name}: where a token waits (LPX_TRACE)\n\n"
-            text += trace_run(servers[name], folder, args.levels, prompt)
+            text += trace_run(servers[name], folder, args.levels, prompt, args.trace_requests)
+        if args.trace and "vllm-own" in servers:
+            text += "\n\nvllm-own: the request's path to its first token (vLLM's /metrics)\n\n"
+            text += vllm_own_path(servers["vllm-own"], args.levels, prompt, args.trace_requests)
         (work / "table.md").write_text(text + "\n")
         print(text)
     finally:

@@ -335,7 +335,7 @@ def test_the_trace_follows_each_token_through_every_hop(client, built) -> None:
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    chunks, rid = [], None
+    chunks, rid, sent = [], None, time.monotonic()
     for event in client.completions.create(
         model=MODEL, prompt="Bread is made", max_tokens=12, temperature=0, stream=True
     ):
@@ -350,3 +350,9 @@ def test_the_trace_follows_each_token_through_every_hop(client, built) -> None:
         assert spent[name], f"no token joined across '{name}'"
         assert min(spent[name]) >= 0, (name, spent[name])
     assert len(spent["engine core -> client (later tokens)"]) >= 1
+    # the request's own path to its first token: every step joined once, in order, adding up to the TTFT
+    path = bench.request_path(records, [{"id": rid, "sent": sent, "chunks": chunks}])
+    for name, _, _ in bench.PATH:
+        assert len(path[name]) == 1 and path[name][0] >= 0, (name, path[name])
+    steps = sum(path[name][0] for name, _, _ in bench.PATH[:-1])
+    assert abs(steps - path["TTFT (client)"][0]) < 1e-6, (steps, path)  # the steps telescope: rounding only

@@ -225,6 +225,8 @@ class Triton:
         and so does its deadline (`timeout_s`)."""
         from grpc.aio import EOF
 
+        if trace.ON:  # the request's path: the gateway hands it to Triton
+            trace.mark("request", at="gateway", tid=req.id)
         call = self._infer(req, timeout=timeout_s or self.timeout_s)
         finished = False
         got = 0  # tokens so far (the trace's join key)

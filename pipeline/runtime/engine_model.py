@@ -145,6 +145,8 @@ class GenerationModel:
             except Exception as exc:
                 self._fail(sender, exc)
                 continue
+            if trace.ON:  # the request's path: Triton handed it to this model
+                trace.mark("request", at="stub", tid=job["tid"])
             threading.Thread(target=self._run, args=(job, sender), daemon=True).start()
         return None
 
@@ -227,6 +229,8 @@ class GenerationModel:
             )
             if job["perf"] is not None:
                 job["perf"]["first_scheduled_time_ns"] = time.time_ns()
+            if trace.ON:  # the request's path: the engine has it (vllm: the line to the worker is written)
+                trace.mark("request", at="submitted", tid=job["tid"], id=stream.request_id)
         except Exception as exc:
             self._fail(sender, exc)
             return

@@ -43,9 +43,13 @@ class Trace:
         path = os.path.join(folder, f"worker-{os.getpid()}.jsonl")
         self.out = open(path, "a", buffering=1, encoding="utf-8")
 
-    def mark(self, rid: str, n: int, core: float | None) -> None:
-        record = {"id": rid, "n": n, "core": core, "t": time.monotonic()}
+    def mark(self, rid: str, n: int, core: float | None, **more: float) -> None:
+        record = {"id": rid, "n": n, "core": core, "t": time.monotonic(), **more}
         self.out.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def got(self, rid: str) -> None:
+        """The request's path: the worker took the request off its input (n 0: no token yet)."""
+        self.mark(rid, 0, None)
 
 
 class Channel:
@@ -143,9 +147,11 @@ async def generate(engine, channel: Channel, message: dict, trace: Trace | None 
                 if k:  # each entry holds the k best (rank 1..k) and the sampled token, whatever its rank
                     reply["top"] = [best(entry, k) for _, entry in entries]
             if trace is not None:  # the engine core's time of the delta, then ours, just before sending
-                made += len(piece.token_ids)
                 metrics = getattr(out, "metrics", None)
-                trace.mark(rid, made, getattr(metrics, "last_token_ts", None))
+                # with the first delta, when the engine core queued and first scheduled the request
+                first = {} if made else {k: getattr(metrics, k, None) for k in ("queued_ts", "scheduled_ts")}
+                made += len(piece.token_ids)
+                trace.mark(rid, made, getattr(metrics, "last_token_ts", None), **first)
             channel.send(reply)
     except asyncio.CancelledError:
         raise
@@ -182,6 +188,8 @@ async def serve(folder: Path, channel: Channel) -> None:
     try:
         while (message := await inbox.get()) is not None:
             if message["op"] == "add":
+                if trace is not None:
+                    trace.got(message["id"])
                 task = loop.create_task(generate(engine, channel, message, trace))
                 tasks[message["id"]] = task
                 task.add_done_callback(lambda _t, rid=message["id"]: tasks.pop(rid, None))
