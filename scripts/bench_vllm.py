@@ -167,14 +167,14 @@ def timeline(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, 
 
 
 PATH = (  # (name, from, to): a request's path to its first token, in order
-    ("client -> gateway's gRPC call", "sent", "gateway"),
-    ("gRPC call -> stub's execute()", "gateway", "stub"),
-    ("execute() -> written to the worker", "stub", "submitted"),
-    ("written -> worker read it", "submitted", "got"),
+    ("client -> gateway's gRPC call", "sent", "call"),
+    ("gRPC call -> stub's execute()", "call", "execute"),
+    ("execute() -> the request's thread runs", "execute", "thread"),
+    ("request thread -> worker read it", "thread", "got"),
     ("worker read -> engine core queued", "got", "queued"),
     ("queued -> scheduled", "queued", "scheduled"),
     ("scheduled -> first token (prefill)", "scheduled", "core"),
-    ("first token -> client", "core", "client"),
+    *((f"first token: {name}", a, b) for name, a, b in HOPS),
     ("TTFT (client)", "sent", "client"),
 )
 
@@ -184,10 +184,16 @@ def request_path(records: dict[str, list[dict]], requests: list[dict]) -> dict[s
     reached the client (the `request` hop's records, the worker's n=0 record and its first delta's)."""
     asked = {(r["at"], r["tid"]): r for r in records.get("request", [])}
     got = {r["id"]: r for r in records.get("worker", []) if r["n"] == 0}
-    first: dict[str, dict] = {}
+    first: dict[str, dict] = {}  # the engine's id -> the worker's record of its first delta
     for r in records.get("worker", []):
         if r["n"] > 0 and (r["id"] not in first or r["n"] < first[r["id"]]["n"]):
             first[r["id"]] = r
+    by = lambda hop, key="id": {(r[key], r["n"]): r for r in records.get(hop, [])}  # noqa: E731
+    worker, reader, taken, stub = by("worker"), by("reader"), by("taken"), by("stub", "tid")
+    gateway: dict[str, dict] = {}  # Triton's id -> the gateway's first response with tokens
+    for r in records.get("gateway", []):
+        if r["n"] > 0 and (r["id"] not in gateway or r["t"] < gateway[r["id"]]["t"]):
+            gateway[r["id"]] = r
     spent: dict[str, list[float]] = {name: [] for name, _, _ in PATH}
     for req in requests:
         if not req["id"] or not req["chunks"]:
@@ -195,16 +201,24 @@ def request_path(records: dict[str, list[dict]], requests: list[dict]) -> dict[s
         tid = "req-" + req["id"].split("-", 1)[1]
         submitted = asked.get(("submitted", tid)) or {}
         rid = submitted.get("id")
-        core = first.get(rid) or {}
+        reply = gateway.get(tid) or {}
+        n = reply.get("n")  # the tokens of the first response (a held character can make it more than one)
+        core = worker.get((rid, n)) or {}  # the delta that completed it
+        start = first.get(rid) or {}  # the first delta: when the engine core queued and scheduled it
         points = {
             "sent": req["sent"],
-            "gateway": (asked.get(("gateway", tid)) or {}).get("t"),
-            "stub": (asked.get(("stub", tid)) or {}).get("t"),
-            "submitted": submitted.get("t"),
+            "call": (asked.get(("gateway", tid)) or {}).get("t"),
+            "execute": (asked.get(("stub", tid)) or {}).get("t"),
+            "thread": (asked.get(("thread", tid)) or {}).get("t"),
             "got": (got.get(rid) or {}).get("t"),
-            "queued": core.get("queued_ts"),
-            "scheduled": core.get("scheduled_ts"),
+            "queued": start.get("queued_ts"),
+            "scheduled": start.get("scheduled_ts"),
             "core": core.get("core"),
+            "worker": core.get("t"),
+            "reader": (reader.get((rid, n)) or {}).get("t"),
+            "taken": (taken.get((rid, n)) or {}).get("t"),
+            "stub": (stub.get((tid, n)) or {}).get("t"),
+            "gateway": reply.get("t"),
             "client": req["chunks"][0],
         }
         for name, a, b in PATH:
@@ -250,8 +264,8 @@ def vllm_own_path(url: str, levels: str, prompt: str, n: int = 0) -> str:
         after = scrape()
         mean = {}
         for key in names:
-            n = after[key][1] - before[key][1]
-            mean[key] = (after[key][0] - before[key][0]) / n * 1000 if n else float("nan")
+            count = after[key][1] - before[key][1]
+            mean[key] = (after[key][0] - before[key][0]) / count * 1000 if count else float("nan")
         ttfts = [(r["chunks"][0] - r["sent"]) * 1000 for r in done if r["chunks"]]
         client = statistics.fmean(ttfts) if ttfts else float("nan")
         values = {

@@ -216,6 +216,8 @@ class GenerationModel:
         }
 
     def _run(self, job: dict, sender) -> None:
+        if trace.ON:  # the request's path: its thread runs
+            trace.mark("request", at="thread", tid=job["tid"])
         try:
             stream = self.engine.submit(
                 job["input_ids"],
@@ -229,7 +231,7 @@ class GenerationModel:
             )
             if job["perf"] is not None:
                 job["perf"]["first_scheduled_time_ns"] = time.time_ns()
-            if trace.ON:  # the request's path: the engine has it (vllm: the line to the worker is written)
+            if trace.ON:  # the request's path: the engine has it (its id, for the join)
                 trace.mark("request", at="submitted", tid=job["tid"], id=stream.request_id)
         except Exception as exc:
             self._fail(sender, exc)
