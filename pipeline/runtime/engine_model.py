@@ -147,7 +147,17 @@ class GenerationModel:
                 continue
             if trace.ON:  # the request's path: Triton handed it to this model
                 trace.mark("request", at="stub", tid=job["tid"])
-            threading.Thread(target=self._run, args=(job, sender), daemon=True).start()
+            stream = None
+            if getattr(self.engine, "QUICK_START", False):  # the engine has it before the thread starts
+                stream = self._submit(job, sender)
+                if stream is None:
+                    continue
+            try:
+                threading.Thread(target=self._run, args=(job, sender, stream), daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had: the engine must not keep the request
+                if stream is not None:
+                    stream.cancel()
+                self._fail(sender, exc)
         return None
 
     def limits(self) -> Limits:
@@ -215,9 +225,10 @@ class GenerationModel:
             else None,
         }
 
-    def _run(self, job: dict, sender) -> None:
-        if trace.ON:  # the request's path: its thread runs
-            trace.mark("request", at="thread", tid=job["tid"])
+    def _submit(self, job: dict, sender):
+        """The request to the engine: its stream, or None once the refusal is sent."""
+        if trace.ON:  # the request's path: handing it to the engine begins
+            trace.mark("request", at="submit", tid=job["tid"])
         try:
             stream = self.engine.submit(
                 job["input_ids"],
@@ -235,6 +246,12 @@ class GenerationModel:
                 trace.mark("request", at="submitted", tid=job["tid"], id=stream.request_id)
         except Exception as exc:
             self._fail(sender, exc)
+            return None
+        return stream
+
+    def _run(self, job: dict, sender, stream=None) -> None:
+        """The request's thread: submit it (unless execute() did) and send its responses."""
+        if stream is None and (stream := self._submit(job, sender)) is None:
             return
         try:
             if job["streaming"]:

@@ -103,6 +103,10 @@ class Engine(ABC):
 
     max_input_len: int = 0  # 0: no limit known
     max_seq_len: int = 0
+    # start() only hands the request on (no grammar compile, no wait): the Triton model submits it from
+    # execute() itself, before the request's thread starts (engine_model.py), so the thread's start is
+    # off the way to the first token
+    QUICK_START: bool = False
 
     def check_prompt(self, input_ids, max_new_tokens: int) -> list[int]:
         """The prompt as ints, refused when empty or beyond the engine's limits (a LpxError naming the fix)."""

@@ -153,6 +153,7 @@ class VllmEngine(Engine):
 
     TARGET = "vllm"
     SUPPORTED = frozenset(ENGINE_OPTIONS) | frozenset(GUIDE_OPTIONS)
+    QUICK_START = True  # start() writes one line to the worker (vLLM compiles a guide in its own process)
 
     def __init__(self, folder: Path, python: str | None = None) -> None:
         self.folder = Path(folder)

@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -111,12 +110,17 @@ def stats_logger(channel: Channel, loop: asyncio.AbstractEventLoop, max_num_seqs
     return LpxStats
 
 
-def read_stdin(loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue) -> None:
-    """Thread: stdin lines onto the loop's queue; None at end of input."""
-    for line in sys.stdin:
+LINE_LIMIT = 1 << 28  # bytes of one request line at most (a prompt's token ids as JSON: ~7 bytes a token)
+
+
+async def messages():
+    """The requests on stdin, read by the event loop itself (no thread hand-off before vLLM sees one)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
         if line.strip():
-            loop.call_soon_threadsafe(inbox.put_nowait, json.loads(line))
-    loop.call_soon_threadsafe(inbox.put_nowait, None)
+            yield json.loads(line)
 
 
 def best(entry: dict, k: int) -> list[list]:
@@ -181,12 +185,10 @@ async def serve(folder: Path, channel: Channel) -> None:
     )
     cache = engine.vllm_config.cache_config
     channel.send({"ready": {"blocks": int(cache.num_gpu_blocks or 0), "block_size": int(cache.block_size)}})
-    inbox: asyncio.Queue = asyncio.Queue()
-    threading.Thread(target=read_stdin, args=(loop, inbox), daemon=True).start()
     tasks: dict[str, asyncio.Task] = {}
     trace = Trace(TRACE) if TRACE else None
     try:
-        while (message := await inbox.get()) is not None:
+        async for message in messages():  # until end of input
             if message["op"] == "add":
                 if trace is not None:
                     trace.got(message["id"])
