@@ -291,9 +291,10 @@ def vllm_own_path(url: str, levels: str, prompt: str, n: int = 0) -> str:
     return "\n".join(lines)
 
 
-def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]]) -> str:
-    """Per hop, the median (p90) milliseconds a token spent in it at each concurrency."""
-    head = " | ".join(f"c={c} p50 (p90) ms" for c in levels)
+def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]], mean: bool = False) -> str:
+    """Per hop, the median (p90) milliseconds a token spent in it at each concurrency; with `mean`, the
+    mean (p90): means add up along a path (the steps' means sum to the TTFT's), medians do not."""
+    head = " | ".join(f"c={c} {'mean' if mean else 'p50'} (p90) ms" for c in levels)
     lines = [f"| hop | {head} |", "|---" * (len(levels) + 1) + "|"]
     for name in spent[levels[0]]:
         cells = []
@@ -303,7 +304,8 @@ def trace_table(levels: list[int], spent: dict[int, dict[str, list[float]]]) -> 
                 cells.append("-")
                 continue
             p90 = vals[min(len(vals) - 1, int(0.9 * len(vals)))]
-            cells.append(f"{statistics.median(vals):.2f} ({p90:.2f})")
+            middle = statistics.fmean(vals) if mean else statistics.median(vals)
+            cells.append(f"{middle:.2f} ({p90:.2f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -322,7 +324,7 @@ def trace_run(url: str, folder: Path, levels: str, prompt: str, n: int = 0) -> s
     return (
         trace_table(wanted, spent)
         + "\n\nThe request's path to its first token:\n\n"
-        + trace_table(wanted, path)
+        + trace_table(wanted, path, mean=True)
     )
 
 
