@@ -19,7 +19,12 @@ the table gets an AIPerf block beside `lpx bench`'s.
 real-model example's, say). `--trace` starts LPX's servers with LPX_TRACE (pipeline/trace.py) and, after
 the rounds, sends streamed completions at each level and prints where the median token spent its time in
 each hop (engine core -> vLLM worker -> the stub's reader -> the request's thread -> Triton's sender ->
-the gateway -> the client); `--no-bench` skips the rounds, `--servers` picks the servers. `--pin 1`
+the gateway -> the client), then each request's own path to its first token (the gateway's gRPC call,
+the stub's execute(), vLLM's worker, its engine core's queue and prefill, the first token's hops) in
+means, which add up to the TTFT; with vllm-own among the servers, the same requests to vLLM's own server
+beside it, split by its /metrics histograms (its front end's TTFT, queue and prefill).
+`--trace-requests N` sets the streamed requests a level (default 2 x c, 4 at least); `--no-bench` skips
+the rounds, `--servers` picks the servers. `--pin 1`
 binds LPX's own hops (gateway, tritonserver, its python stubs) to CPU 1 once the servers are up, off the
 core vLLM binds its compute threads to (VLLM_CPU_OMP_THREADS_BIND=auto: core 0 of 2), to see what the
 machine's sharing costs LPX's path.
