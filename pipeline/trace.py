@@ -17,9 +17,9 @@ and `n`, the tokens generated so far (the join key across hops):
     stub      just before Triton's response sender (`tid`, Triton's request id, beside the engine's `id`)
     gateway   the gateway's gRPC stream: the Triton response read (`id`: Triton's request id)
     request   the request's own path, once per request (`at`): `gateway` (handed to Triton, `tid`),
-              `stub` (the Triton model's execute() has it, `tid`), `submit` (handing it to the engine
-              begins: in its own thread, or in execute() for a QUICK_START engine) and `submitted`
-              (the engine has it: `tid` and the engine's `id`)
+              `stub` (the Triton model's execute() has it, `tid`) and `submit` (handing it to the
+              engine begins: in its own thread, or in execute() for a QUICK_START engine); the
+              engine's id for the join is the one on the `stub` hop's records
 
 scripts/bench_vllm.py --trace sends streamed requests, adds the client's receipt of each chunk and prints
 the median time a token spent in each hop at each concurrency.

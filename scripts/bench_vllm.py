@@ -130,38 +130,67 @@ def traced_requests(url: str, c: int, n: int, prompt: str, max_tokens: int) -> l
         return list(pool.map(one, range(n)))
 
 
+def triton_id(response_id: str) -> str:
+    """Triton's request id of a gateway answer (the gateway names both after one suffix)."""
+    return "req-" + response_id.split("-", 1)[1]
+
+
+class Joined:
+    """The trace's records keyed for the joins: each token hop's by (id, tokens so far), the gateway's
+    responses with tokens per Triton id in order, the `request` hop's by (at, Triton id), and per engine id
+    the worker's read of the request (its n=0 record) and its first delta."""
+
+    def __init__(self, records: dict[str, list[dict]]) -> None:
+        by = lambda hop, key="id": {(r[key], r["n"]): r for r in records.get(hop, [])}  # noqa: E731
+        self.worker, self.reader, self.taken, self.stub = (
+            by("worker"),
+            by("reader"),
+            by("taken"),
+            by("stub", "tid"),
+        )
+        self.gateway: dict[str, list[dict]] = {}
+        for r in sorted(records.get("gateway", []), key=lambda r: r["t"]):
+            got = self.gateway.setdefault(r["id"], [])
+            if r["n"] > (got[-1]["n"] if got else 0):  # an empty (final) response carries no token
+                got.append(r)
+        self.request = {(r["at"], r["tid"]): r for r in records.get("request", [])}
+        self.got: dict[str, dict] = {}
+        self.first: dict[str, dict] = {}
+        for r in records.get("worker", []):
+            if r["n"] == 0:
+                self.got[r["id"]] = r
+            elif r["id"] not in self.first or r["n"] < self.first[r["id"]]["n"]:
+                self.first[r["id"]] = r
+
+    def token(self, tid: str, reply: dict, client: float | None) -> tuple[str | None, dict]:
+        """The engine's id and HOPS' points of one gateway response (`reply`: tokens so far `n`, time `t`)."""
+        n = reply.get("n")
+        stub = self.stub.get((tid, n)) or {}
+        rid = stub.get("id")
+        worker = self.worker.get((rid, n)) or {}
+        return rid, {
+            "core": worker.get("core"),
+            "worker": worker.get("t"),
+            "reader": (self.reader.get((rid, n)) or {}).get("t"),
+            "taken": (self.taken.get((rid, n)) or {}).get("t"),
+            "stub": stub.get("t"),
+            "gateway": reply.get("t"),
+            "client": client,
+        }
+
+
 def timeline(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, list[float]]:
     """hop name -> the milliseconds each token of `requests` spent in it (joined on request and tokens so
     far; the client's k-th chunk with text is the gateway's k-th response with tokens)."""
-    by = lambda hop, key="id": {(r[key], r["n"]): r for r in records.get(hop, [])}  # noqa: E731
-    worker, reader, taken, stub = by("worker"), by("reader"), by("taken"), by("stub", "tid")
-    gateway = {}
-    for r in records.get("gateway", []):
-        gateway.setdefault(r["id"], []).append(r)
+    joined = Joined(records)
     spent: dict[str, list[float]] = {name: [] for name, _, _ in HOPS}
     spent["engine core -> client (first token)"], spent["engine core -> client (later tokens)"] = [], []
     for req in requests:
         if not req["id"]:
             continue
-        tid = "req-" + req["id"].split("-", 1)[1]
-        got, last = [], 0
-        for r in sorted(gateway.get(tid, []), key=lambda r: r["t"]):
-            if r["n"] > last:  # an empty (final) response carries no token
-                got.append(r)
-                last = r["n"]
-        for k, g in enumerate(got):
-            n = g["n"]
-            s = stub.get((tid, n))
-            rid = s["id"] if s else None
-            points = {
-                "core": (worker.get((rid, n)) or {}).get("core"),
-                "worker": (worker.get((rid, n)) or {}).get("t"),
-                "reader": (reader.get((rid, n)) or {}).get("t"),
-                "taken": (taken.get((rid, n)) or {}).get("t"),
-                "stub": s["t"] if s else None,
-                "gateway": g["t"],
-                "client": req["chunks"][k] if k < len(req["chunks"]) else None,
-            }
+        tid = triton_id(req["id"])
+        for k, reply in enumerate(joined.gateway.get(tid, [])):
+            _, points = joined.token(tid, reply, req["chunks"][k] if k < len(req["chunks"]) else None)
             for name, a, b in HOPS:
                 if points[a] is not None and points[b] is not None:
                     spent[name].append((points[b] - points[a]) * 1000)
@@ -186,48 +215,30 @@ PATH = (  # (name, from, to): a request's path to its first token, in order
 
 def request_path(records: dict[str, list[dict]], requests: list[dict]) -> dict[str, list[float]]:
     """step name -> the milliseconds each request of `requests` spent in it before its first token
-    reached the client (the `request` hop's records, the worker's n=0 record and its first delta's)."""
-    asked = {(r["at"], r["tid"]): r for r in records.get("request", [])}
-    got = {r["id"]: r for r in records.get("worker", []) if r["n"] == 0}
-    first: dict[str, dict] = {}  # the engine's id -> the worker's record of its first delta
-    for r in records.get("worker", []):
-        if r["n"] > 0 and (r["id"] not in first or r["n"] < first[r["id"]]["n"]):
-            first[r["id"]] = r
-    by = lambda hop, key="id": {(r[key], r["n"]): r for r in records.get(hop, [])}  # noqa: E731
-    worker, reader, taken, stub = by("worker"), by("reader"), by("taken"), by("stub", "tid")
-    gateway: dict[str, dict] = {}  # Triton's id -> the gateway's first response with tokens
-    for r in records.get("gateway", []):
-        if r["n"] > 0 and (r["id"] not in gateway or r["t"] < gateway[r["id"]]["t"]):
-            gateway[r["id"]] = r
+    reached the client (the `request` hop's records, the worker's n=0 record and its first delta's; the
+    engine's id from the stub's record of the first response)."""
+    joined = Joined(records)
     spent: dict[str, list[float]] = {name: [] for name, _, _ in PATH}
     for req in requests:
         if not req["id"] or not req["chunks"]:
             continue
-        tid = "req-" + req["id"].split("-", 1)[1]
-        submitted = asked.get(("submitted", tid)) or {}
-        rid = submitted.get("id")
-        reply = gateway.get(tid) or {}
-        n = reply.get("n")  # the tokens of the first response (a held character can make it more than one)
-        core = worker.get((rid, n)) or {}  # the delta that completed it
-        start = first.get(rid) or {}  # the first delta: when the engine core queued and scheduled it
-        points = {
+        tid = triton_id(req["id"])
+        # the first response with tokens (a held character can make it more than one), and the delta
+        # that completed it
+        reply = (joined.gateway.get(tid) or [{}])[0]
+        rid, points = joined.token(tid, reply, req["chunks"][0])
+        start = joined.first.get(rid) or {}  # the first delta: when the engine core queued and scheduled it
+        # the `request` hop's records: the gateway's call, the stub's execute(), the hand-over to the engine
+        for point, at in (("call", "gateway"), ("execute", "stub"), ("submit", "submit")):
+            points[point] = (joined.request.get((at, tid)) or {}).get("t")
+        points |= {
             "sent": req["sent"],
-            "call": (asked.get(("gateway", tid)) or {}).get("t"),
-            "execute": (asked.get(("stub", tid)) or {}).get("t"),
-            "submit": (asked.get(("submit", tid)) or {}).get("t"),
-            "got": (got.get(rid) or {}).get("t"),
+            "got": (joined.got.get(rid) or {}).get("t"),
             "queued": start.get("queued_ts"),
             "scheduled": start.get("scheduled_ts"),
-            "core": core.get("core"),
-            "worker": core.get("t"),
-            "reader": (reader.get((rid, n)) or {}).get("t"),
-            "taken": (taken.get((rid, n)) or {}).get("t"),
-            "stub": (stub.get((tid, n)) or {}).get("t"),
-            "gateway": reply.get("t"),
-            "client": req["chunks"][0],
         }
         for name, a, b in PATH:
-            if points[a] and points[b]:
+            if points[a] is not None and points[b] is not None:
                 spent[name].append((points[b] - points[a]) * 1000)
     return spent
 
@@ -246,18 +257,16 @@ def vllm_own_path(url: str, levels: str, prompt: str, n: int = 0) -> str:
     def scrape() -> dict[str, tuple[float, float]]:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         text = opener.open(f"{url}/metrics", timeout=30).read().decode()
-        out = {}
-        for key, name in names.items():
-            sums = [
-                float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "_sum")
-            ]
-            counts = [
-                float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith(name + "_count")
-            ]
-            out[key] = (sum(sums), sum(counts))
-        return out
+        totals: dict[str, float] = {}  # series name (labels dropped) -> its value summed over labels
+        for line in text.splitlines():
+            if line.startswith("vllm:"):
+                series, _, value = line.rpartition(" ")
+                name = series.split("{", 1)[0]
+                totals[name] = totals.get(name, 0.0) + float(value)
+        return {
+            key: (totals.get(f"{name}_sum", 0.0), totals.get(f"{name}_count", 0.0))
+            for key, name in names.items()
+        }
 
     wanted = [int(x) for x in levels.split(",")]
     traced_requests(url, 1, 2, prompt, 8)  # warm-up

@@ -242,8 +242,6 @@ class GenerationModel:
             )
             if job["perf"] is not None:
                 job["perf"]["first_scheduled_time_ns"] = time.time_ns()
-            if trace.ON:  # the request's path: the engine has it (its id, for the join)
-                trace.mark("request", at="submitted", tid=job["tid"], id=stream.request_id)
         except Exception as exc:
             self._fail(sender, exc)
             return None
