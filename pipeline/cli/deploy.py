@@ -67,7 +67,8 @@ def deploy() -> None:
 def k8s(config_path: Path | None, variant: str, registry: str | None, out: Path) -> None:
     """Kubernetes for the engine, torch and vllm targets: base/ (Services, PDB, NetworkPolicy,
     ServiceMonitor, PrometheusRule, HPA) and overlays/<arch>/ (the Deployment, or a LeaderWorkerSet when
-    tp x pp spans nodes) per build.archs. Apply one overlay: kubectl apply -k OUT/overlays/sm90."""
+    tp x pp spans nodes) per build.archs. Apply every arch's overlay (they coexist: a mixed cluster serves
+    each arch behind one Service), each with kubectl apply -k OUT/overlays/<arch>."""
     from ..deploy import deploy_k8s, images
 
     cfg = _config(config_path)

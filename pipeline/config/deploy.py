@@ -84,7 +84,14 @@ class Deploy(Strict):
         "lpx-vllm:0.1.0",
         description="Image serving the vllm target: Dockerfile.vllm (LPX's slim image + vLLM's own environment).",
     )
-    replicas: int = bounded(1, ge=1, le=INT32_MAX, limit=REPLICAS)
+    replicas: int = bounded(
+        1,
+        ge=1,
+        le=INT32_MAX,
+        limit=REPLICAS,
+        description="NVIDIA Dynamo's worker count (lpx deploy dynamo). On Kubernetes the HPA owns the count "
+        "(autoscaling.min_replicas .. max_replicas); lpx deploy k8s refuses another value here.",
+    )
     gpus_per_node: int = bounded(
         8,
         ge=1,
@@ -95,6 +102,12 @@ class Deploy(Strict):
     cpu: str = Field("8", description="CPU request = limit of the serving container.")
     memory: str = Field("64Gi", description="Memory request = limit of the serving container.")
     shm_size: str = Field("4Gi", description="/dev/shm (Triton's python backend exchanges tensors there).")
+    cache_size: str = Field(
+        "10Gi",
+        pattern=r"^[0-9]+(\.[0-9]+)?([KMGT]i?)?$",
+        description="vllm target: the emptyDir for vLLM's, torch.compile's, Triton's kernel and FlashInfer's "
+        "caches (XDG_CACHE_HOME, VLLM_CACHE_ROOT, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR).",
+    )
     keys_secret: str = Field("lpx-gateway-keys", description="Secret holding the gateway's keys.json.")
     ssh_secret: str = Field(
         "lpx-mpi-ssh",

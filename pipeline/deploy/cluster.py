@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
+from ..errors import UsageError
 from .k8s import (
     PORTS,
     QUEUE_RATIO,
@@ -155,6 +156,13 @@ def autoscaler(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     count: the workloads set no spec.replicas, so re-applying them keeps what the HPA chose."""
     name = workload_name(cfg, variant, arch)
     a = cfg.deploy.autoscaling
+    if cfg.deploy.replicas not in (1, a.min_replicas):  # 1: the default, which says nothing
+        raise UsageError(
+            f"deploy.replicas: {cfg.deploy.replicas} is Dynamo's worker count; on Kubernetes the HPA owns the "
+            f"count, between deploy.autoscaling.min_replicas ({a.min_replicas}) and max_replicas "
+            f"({a.max_replicas}) - set deploy.autoscaling.min_replicas: {cfg.deploy.replicas} (and max_replicas "
+            "at least that) to start with that many"
+        )
     kind = "LeaderWorkerSet" if is_lws(cfg) else "Deployment"
     api = "leaderworkerset.x-k8s.io/v1" if kind == "LeaderWorkerSet" else "apps/v1"
     return resource(

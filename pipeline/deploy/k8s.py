@@ -168,9 +168,17 @@ def container(
     }
 
 
-# vllm target: vLLM, torch.compile and Hugging Face write caches under HOME, which the read-only root holds;
-# they go to the LPX_HOME volume instead (the image's LPX_VLLM_PYTHON names vLLM's python: Dockerfile.vllm)
-VLLM_ENV = {"VLLM_CACHE_ROOT": f"{LPX_HOME}/vllm", "XDG_CACHE_HOME": f"{LPX_HOME}/cache"}
+# vllm target: vLLM (torch.compile artifacts), Triton's kernel JIT, Inductor, FlashInfer and Hugging Face write
+# caches under HOME or /tmp by default; the root filesystem is read-only and LPX_HOME's volume is 1 GiB (logs,
+# keys, sshd state), so they get a volume of their own, `cache`, sized by deploy.cache_size (the image's
+# LPX_VLLM_PYTHON names vLLM's python: Dockerfile.vllm)
+CACHE_MOUNT = "/home/lpx/.cache"
+VLLM_ENV = {
+    "XDG_CACHE_HOME": CACHE_MOUNT,
+    "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/inductor",
+}
 
 
 def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
@@ -206,7 +214,21 @@ def triton_container(cfg: Config, variant: str, gpus: int) -> dict[str, Any]:
     )
     if cfg.build.target == "vllm":
         c["env"] += [{"name": k, "value": v} for k, v in VLLM_ENV.items()]
+        c["volumeMounts"].append({"name": "cache", "mountPath": CACHE_MOUNT})
     return c
+
+
+def _pod_paths(deployed: Config) -> None:
+    """The paths of this machine out of the deployed lpx.yaml: the pod has none of them (and they would tell
+    the cluster this machine's folders). The checkpoint's place in the pod is the repositories' mount, where
+    the sidecar reads the tokenizer; calibration and evaluation data are the build's; the keys file and the
+    access log are the pod's own (sidecar_args)."""
+    deployed.model.checkpoint = Path(MODELS_MOUNT)
+    deployed.model.tokenizer = None
+    deployed.calibration.data = None
+    deployed.evaluation.data = None
+    deployed.serving.openai.api_keys_file = None
+    deployed.serving.openai.access_log = None
 
 
 def config_map(cfg: Config, variant: str) -> dict[str, Any]:
@@ -215,6 +237,7 @@ def config_map(cfg: Config, variant: str) -> dict[str, Any]:
     from ..config import dump_config
 
     deployed, files = cfg.model_copy(deep=True), {}
+    _pod_paths(deployed)
     template = cfg.serving.openai.chat_template
     if template is not None:  # a file of this machine: its text travels in the ConfigMap beside lpx.yaml
         try:
@@ -319,6 +342,7 @@ def pod_spec(cfg: Config, variant: str, arch: str, gpus: int, gateway: bool = Tr
             {"name": "lpx-home", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
         ]
+        + ([{"name": "cache", "emptyDir": {"sizeLimit": d.cache_size}}] if cfg.build.target == "vllm" else [])
         + (
             [
                 {"name": "keys", "secret": {"secretName": d.keys_secret, "defaultMode": 0o400}},
