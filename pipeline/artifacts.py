@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import replace_folder
 from .errors import disk_full, disk_full_cause
 
 MANIFEST = "manifest.json"
@@ -223,11 +224,8 @@ class Store:
             fh.write(data + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        if final.exists():  # an incomplete or corrupt entry under the same key: replace it
-            trash = final.with_name(f".tmp-trash-{final.name}-{os.getpid()}")
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
+        # an incomplete or corrupt entry under the same key is replaced
+        replace_folder(tmp, final, final.with_name(f".tmp-trash-{final.name}-{os.getpid()}"))
         return Artifact(final, manifest)
 
     @contextlib.contextmanager

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from .artifacts import home
+from .atomic import replace_folder
 from .facts.models import DEMO_SHAPE
 
 DEMO_NAME = "tiny-llama"
@@ -102,9 +103,9 @@ def write_checkpoint(dest: Path, train_steps: int = 150) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "lpx_demo.json").write_text(json.dumps({"version": CHECKPOINT_VERSION, "seed": SEED}) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)
+        # the old checkpoint stays until the new one is whole (before, it was deleted first: a run killed
+        # between the two steps left none)
+        replace_folder(tmp, dest, dest.with_name(f".{dest.name}.old-{os.getpid()}"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

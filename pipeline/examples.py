@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from .atomic import write_atomic
+from .atomic import replace_folder, write_atomic
 from .errors import LpxError, NotFound, UsageError
 from .gguf_file import GgufInfo, check_convertible, read_gguf
 
@@ -225,11 +225,8 @@ def _converted(gguf: Path, dest: Path, info: GgufInfo, source_sha: str, say: Cal
                 "duration_s": round(time.perf_counter() - t0, 1),
             }
             write_atomic(tmp / RECORD, json.dumps(record, indent=2) + "\n")
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            if dest.exists():  # made from another GGUF or recipe (reusable said so): replaced whole
-                os.rename(dest, old)
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
+            # a folder made from another GGUF or recipe (reusable said so) is replaced whole
+            replace_folder(tmp, dest, dest.with_name(f".{dest.name}.old-{os.getpid()}"))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         say(f"converted in {time.perf_counter() - t0:.0f}s: {dest}")

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ..atomic import replace_folder
 from ..errors import LpxError, disk_full, disk_full_cause
 
 
@@ -54,13 +55,7 @@ def write_tree(out: Path, files: dict[str, list[dict[str, Any]] | dict[str, Any]
             path.parent.mkdir(parents=True, exist_ok=True)
             docs = content if isinstance(content, list) else [content]
             path.write_text(dump(docs), encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
+        replace_folder(stage, out, out.with_name(f".{out.name}.old-{os.getpid()}"))
     except OSError as exc:
         shutil.rmtree(stage, ignore_errors=True)
         if disk_full_cause(exc):
