@@ -123,8 +123,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),
     ("demo", "examples"),
     ("gguf_file",),
-    ("artifacts", "cache_keys", "progress", "atomic", "slo", "toolchain", "facts"),
-    ("errors", "trace", "data", ""),
+    ("artifacts", "cache_keys", "progress", "slo", "toolchain", "facts"),
+    ("errors", "trace", "data", "atomic", ""),
 ]
 
 
