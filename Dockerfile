@@ -5,11 +5,14 @@
 # and /opt/tritonserver: plain `pip install .` with the ranges in pyproject.toml, no constraints
 # file and no [triton] extra, and the build fails if pip replaced any of them.
 #
-# 25.12 ships TensorRT-LLM 1.1.0 (NVIDIA's compatibility matrix); for the 1.2.x line pass the tag that
-# ships it: docker build --build-arg BASE_IMAGE=nvcr.io/nvidia/tritonserver:<tag>-trtllm-python-py3 .
+# The default base ships TensorRT-LLM 1.2.1 (Triton's Release Compatibility Matrix), the line the engine
+# target builds for by default (build.trtllm_version 1.2; pipeline/facts/images.py and
+# tests/contracts/base_images.json hold the figures, tests/test_base_images.py this ARG). For another line
+# build on its container and tell `lpx deploy` (deploy.image_base), which refuses a mismatch:
+#   docker build --build-arg BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3 .   (0.16)
 # Run:  docker run --gpus all --rm -p 8001:8001 -v $PWD/models:/models:ro -v lpx-home:/home/lpx/.lpx lpx \
 #         serve -c /models/lpx.yaml --host 0.0.0.0   (LPX binds 127.0.0.1 unless told otherwise)
-ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3
 FROM ${BASE_IMAGE}
 # checkov:skip=CKV_DOCKER_7: the tag is in ARG BASE_IMAGE above (versioned); checkov does not resolve ARGs
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -30,9 +33,13 @@ RUN python3 -m pip freeze | grep -iE '^(torch|tensorrt.llm|nvidia-modelopt|trans
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openssh-server \
  && rm -rf /var/lib/apt/lists/*
-RUN useradd --create-home --uid 1000 lpx
+# uid 1000: Triton's build.py creates triton-server (uid and gid 1000) in its images and asserts it, so a
+# `useradd --uid 1000` fails there ("UID 1000 is not unique"). LPX runs as uid 1000 whatever its name (the
+# manifests' runAsUser), with HOME and LPX_HOME owned by it; a base without the user gets one, lpx.
+RUN getent passwd 1000 > /dev/null || useradd --uid 1000 --user-group --no-create-home --home-dir /home/lpx lpx \
+ && install -d -o 1000 -g 1000 -m 0755 /home/lpx /home/lpx/.lpx
 USER 1000
-ENV LPX_HOME=/home/lpx/.lpx
+ENV HOME=/home/lpx LPX_HOME=/home/lpx/.lpx
 WORKDIR /home/lpx
 # The model folder is mounted read-only at /models; all LPX state goes to LPX_HOME.
 VOLUME ["/models", "/home/lpx/.lpx"]

@@ -49,7 +49,7 @@ SKIPS = {
     "CKV_K8S_43": "images are named by tag in lpx.yaml; pin digests in an overlay once CI has pushed them",
     "CKV_K8S_15": "imagePullPolicy IfNotPresent: GPU nodes cache multi-GB Triton images; tags are immutable",
     "CKV_K8S_35": "the gateway reads its keys from a mounted Secret file, not an environment variable",
-    "CKV_K8S_40": "uid 1000 is the images' own non-root user (Dockerfile useradd)",
+    "CKV_K8S_40": "uid 1000 is the images' own non-root user (triton-server in Triton's base, lpx in the slim ones)",
 }
 POD_SKIPS = ("CKV_K8S_43", "CKV_K8S_15", "CKV_K8S_40")
 

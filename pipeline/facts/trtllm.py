@@ -1,5 +1,8 @@
 """The TensorRT-LLM lines LPX knows, in one table: what each line's checkpoints can hold, which contract
 files describe it, which NGC Triton container carries it and what that container needs from the host.
+`container` is the image LPX's Dockerfile is built on for the line (its ARG BASE_IMAGE default is the
+container of the engine target's default line); pipeline/facts/images.py has every known tag's release,
+tests/contracts/base_images.json their sources.
 
 `contract` is the version key of the files in tests/contracts/ (trtllm_build_flags.json,
 tensorrtllm_backend_models.json, trtllm_checkpoint.json): the build and repository stages look up their
@@ -66,14 +69,17 @@ LINES: dict[str, Line] = {
         ),
         Line(
             name="1.2",
-            release="1.2.x",
+            release="1.2.1",
             contract="latest",
             quant_algos=_ALGOS_016 | {"NVFP4"},
             llmapi=True,
-            container="nvcr.io/nvidia/tritonserver:<26.x>-trtllm-python-py3",
-            cuda="13",
+            container="nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3",
+            cuda="13.1.0",
             min_driver=580,
-            evidence="lead: the 1.2.x line builds against CUDA 13 (driver >= 580); container tag not checked",
+            evidence="verified: Triton's Release Compatibility Matrix (docs/introduction/compatibility.md, "
+            "triton-inference-server/server r26.08 @ 6fa22ae0), trtllm-python-py3 26.07 (TRT-LLM 1.2.1, CUDA "
+            "13.1.0.036, built with driver 590.44.01; 26.03 ships 1.2.0, 26.04-26.07 1.2.1); CUDA 13.x runs on "
+            "driver >= 580 (CUDA minor version compatibility)",
             llmapi_contract="trtllm_llmapi_options.json",
         ),
         Line(
@@ -98,7 +104,8 @@ LINES: dict[str, Line] = {
             cuda="12.6.3",
             min_driver=560,
             evidence="verified: Triton release notes 24.12 (CUDA 12.6.3, driver 560 or later; data-center GPUs "
-            "may use R470/R525/R535/R545 forward compatibility); TRT-LLM 0.16.0 is a lead",
+            "may use R470/R525/R535/R545 forward compatibility); TRT-LLM 0.16.0: Triton's Release "
+            "Compatibility Matrix, trtllm-python-py3 24.12",
         ),
     )
 }
