@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from pipeline.cli import cli
+from pipeline.cli import cli, main
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
-from pipeline.deploy import deploy_k8s, images, k8s
+from pipeline.deploy import deploy_k8s, dynamo, images, k8s
 from pipeline.errors import ConfigError, UsageError
 
 
@@ -124,8 +125,80 @@ def test_vllm_pod_runs_lpx_vllm_image_with_the_builds_gpus(tmp_path) -> None:
     env = {e["name"]: e["value"] for e in triton["env"]}
     mounts = [m["mountPath"] for m in triton["volumeMounts"] if not m.get("readOnly")]
     for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):  # the root filesystem is read-only
-        assert any(env[name].startswith(m + "/") for m in mounts), (name, env[name])
+        assert any(f"{env[name]}/".startswith(m + "/") for m in mounts), (name, env[name])
     assert triton["args"][:3] == ["serve", "--repo", k8s.MODELS_MOUNT]
     with pytest.raises(UsageError, match="keep tp_size x pp_size <= deploy.gpus_per_node"):
         deploy_k8s(config("vllm", tp=8, gpus_per_node=4), "fp8", tmp_path / "lws")
     assert not (tmp_path / "lws").exists()
+
+
+@pytest.fixture
+def lpx(monkeypatch, capsys):
+    """`lpx ARGS` through the console entry point (its error handling: UsageError -> exit 2): (exit code,
+    stdout + stderr with the lines joined)."""
+
+    def run(args: list[str]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["lpx", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exited:
+            code = exited.code or 0
+        out = capsys.readouterr()
+        assert "Traceback" not in out.out + out.err
+        return code, " ".join((out.out + out.err).split())
+
+    return run
+
+
+def _write(tmp_path: Path, target: str, build: dict, deploy: dict) -> Path:
+    data = demo_config_dict("/nonexistent/checkpoint")
+    data["build"].update({"target": target, "archs": ["sm90"], **build})
+    data["deploy"] = deploy
+    path = tmp_path / f"lpx-{len(list(tmp_path.glob('lpx-*')))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_deploy_k8s_refuses_an_engine_the_deployed_image_cannot_load(tmp_path, lpx) -> None:
+    """An engine built for TensorRT-LLM 0.16 in the image of the Dockerfile's default base (1.2.1) would not
+    load: refused (exit 2) with the base to build on and the key to set; once both say 24.12 it deploys; a
+    base LPX has no figures for deploys with a warning naming the line to check."""
+    old = _write(tmp_path, "engine", {"trtllm_version": "0.16"}, {})
+    code, said = lpx(["deploy", "k8s", "-c", str(old), "--out", str(tmp_path / "a")])
+    assert code == 2 and "ships TensorRT-LLM 1.2.1" in said and "built for TensorRT-LLM 0.16" in said, said
+    assert "--build-arg BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3" in said, said
+    assert "deploy.image_base" in said and not (tmp_path / "a").exists()
+    base = {"image_base": "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"}
+    fixed = _write(tmp_path, "engine", {"trtllm_version": "0.16"}, base)
+    code, said = lpx(["deploy", "k8s", "-c", str(fixed), "--out", str(tmp_path / "b")])
+    assert code == 0 and "warning" not in said, said
+    custom = _write(tmp_path, "engine", {}, {"image_base": "registry.example.com/triton-trtllm:mine"})
+    code, said = lpx(["deploy", "k8s", "-c", str(custom), "--out", str(tmp_path / "c")])
+    assert code == 0 and "warning" in said and "ships TensorRT-LLM 1.2" in said, said
+
+
+def test_the_default_engine_deploys_in_the_default_image_without_a_word(tmp_path, lpx) -> None:
+    code, said = lpx(
+        ["deploy", "k8s", "-c", str(_write(tmp_path, "engine", {}, {})), "--out", str(tmp_path / "k")]
+    )
+    assert code == 0 and "warning" not in said, said
+    cfg = config("engine")
+    assert cfg.build.trtllm_version == "1.2" and images.engine_line_refusal(cfg) == (None, None)
+    with pytest.raises(ConfigError, match=r"deploy.image_base: 'Triton 26' is not an image reference"):
+        config("engine", image_base="Triton 26")
+
+
+def test_deploy_dynamo_refuses_llmapi_options_for_another_line_than_its_runtime(tmp_path, lpx) -> None:
+    """Dynamo 1.5.0's tensorrtllm-runtime ships TensorRT-LLM 1.3.0rc25: llmapi options written for 1.2 are
+    refused with the line to set; the default (1.3) is accepted."""
+    cfg = config("llmapi")
+    assert images.dynamo_line_refusal(cfg, dynamo.IMAGES["llmapi"]) == (None, None)
+    pinned = _write(tmp_path, "llmapi", {"trtllm_version": "1.2"}, {})
+    code, said = lpx(["deploy", "dynamo", "-c", str(pinned), "--out", str(tmp_path / "d")])
+    assert (
+        code == 2 and "ships TensorRT-LLM 1.3.0rc25" in said and "set build.trtllm_version: '1.3'" in said
+    ), said
+    assert not (tmp_path / "d").exists()
+    refusal, warning = images.dynamo_line_refusal(cfg, "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:9.9.9")
+    assert refusal is None and "make sure it ships TensorRT-LLM 1.3" in warning

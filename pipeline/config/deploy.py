@@ -6,6 +6,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
+from ..facts.images import DOCKERFILE_BASE
 from .base import GPUS, INT32_MAX, MAX_GPUS, Strict, bounded
 
 REPLICAS = "Kubernetes' replica counts are int32"
@@ -76,6 +77,12 @@ class Deploy(Strict):
         "lpx-trtllm:0.1.0",
         description="Image serving the engine target: the Dockerfile (Triton TensorRT-LLM base).",
     )
+    image_base: str = Field(
+        DOCKERFILE_BASE,
+        description="The BASE_IMAGE `image` was built on (docker build --build-arg BASE_IMAGE=...; default: "
+        "the Dockerfile's). lpx deploy k8s refuses an engine whose build.trtllm_version differs from the "
+        "TensorRT-LLM line this image ships (pipeline/facts/images.py).",
+    )
     slim_image: str = Field(
         "lpx-slim:0.1.0",
         description="Image of the gateway and the torch target: Dockerfile.slim.",
@@ -133,7 +140,7 @@ class Deploy(Strict):
             )
         return value
 
-    @field_validator("image", "slim_image", "vllm_image")
+    @field_validator("image", "image_base", "slim_image", "vllm_image")
     @classmethod
     def _image(cls, value: str) -> str:
         if not re.fullmatch(IMAGE, value):

@@ -24,6 +24,16 @@ from . import cluster, dynamo, images, k8s, lws
 from .write import file_name, kustomization, write_tree
 
 
+def _hold(refusal: str | None, warning: str | None) -> None:
+    """A refusal from images.*_line_refusal stops `lpx deploy` (exit 2); a warning is printed."""
+    if refusal:
+        raise UsageError(refusal)
+    if warning:
+        from ..progress import Reporter
+
+        Reporter().warn(warning)
+
+
 def workload(cfg: Config, variant: str, arch: str) -> dict[str, Any]:
     """One arch's Deployment, or its LeaderWorkerSet when tp x pp spans nodes."""
     if k8s.is_lws(cfg):
@@ -40,6 +50,7 @@ def k8s_files(cfg: Config, variant: str) -> dict[str, dict[str, Any]]:
             "build.target llmapi is served by NVIDIA Dynamo's TensorRT-LLM worker, not Triton - use "
             "'lpx deploy dynamo' (or build.target engine / torch / vllm for Kubernetes with Triton)"
         )
+    _hold(*images.engine_line_refusal(cfg))  # the engine loads only in the line it was built by
     base = [k8s.namespace(cfg), *cluster.base_objects(cfg, variant)]
     files: dict[str, dict[str, Any]] = {f"base/{file_name(o)}": o for o in base}
     files["base/kustomization.yaml"] = kustomization(
@@ -74,6 +85,8 @@ def deploy_dynamo(
     import yaml
 
     cfg = cfg.for_variant(cfg.variant(variant))
+    if cfg.build.target in dynamo.IMAGES:
+        _hold(*images.dynamo_line_refusal(cfg, dynamo.IMAGES[cfg.build.target]))
 
     objects = dynamo.dynamo_objects(
         cfg, variant, disagg=disagg, model_path=model_path, api_version=api_version

@@ -8,6 +8,10 @@
   itself (`ghcr.io/me/lpx-slim:1.2`) is used as it is. `lpx deploy` prints every image it wrote.
 - Every kustomization lists its images (kustomize `images:`, name -> newName + newTag), so an overlay
   moves one arch to another registry or tag by editing two lines, without touching the objects.
+- An engine loads only in the TensorRT-LLM line it was built by: `engine_line_refusal` holds
+  build.trtllm_version to the line of `deploy.image_base` (the base `deploy.image` was built on), and
+  `dynamo_line_refusal` the llmapi target's line to the TensorRT-LLM of Dynamo's runtime image
+  (pipeline/facts/images.py; tests/contracts/base_images.json has the sources).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 
 from ..config import Config
 from ..errors import UsageError
+from ..facts import images as facts
+from ..facts.trtllm import LINES
 
 # LPX's image per build target's Triton container (the gateway sidecar always runs the slim image)
 SERVER_IMAGE = {"torch": "slim_image", "engine": "image", "vllm": "vllm_image"}
@@ -87,3 +93,57 @@ def of(objects: list[dict[str, Any]]) -> list[str]:
 
     walk(objects)
     return sorted(set(found))
+
+
+def _unknown(what: str, image: str, want: str, example: str = "") -> str:
+    return (
+        f"{what} {image} is not an image LPX knows the TensorRT-LLM of (pipeline/facts/images.py): make sure it "
+        f"ships TensorRT-LLM {want}{example}, or the model will not load"
+    )
+
+
+def engine_line_refusal(cfg: Config) -> tuple[str | None, str | None]:
+    """build.target engine: (refusal, warning) for build.trtllm_version against the TensorRT-LLM line of
+    deploy.image_base, the image deploy.image is built on. A known base of another line is refused with the
+    fix; a base LPX has no figures for gets a warning."""
+    if cfg.build.target != "engine":
+        return None, None
+    want, base = cfg.build.trtllm_version, cfg.deploy.image_base
+    release = facts.triton_release(base)
+    if release is None:
+        return None, _unknown("deploy.image_base", base, want, f" (e.g. {LINES[want].container})")
+    have = facts.release_line(release)
+    if have == want:
+        return None, None
+    rebuild = facts.line_containers(want)
+    fix = (
+        f"build deploy.image with docker build --build-arg BASE_IMAGE={rebuild[0]} and set deploy.image_base: "
+        f"{rebuild[0]}, or "
+        if rebuild
+        else ""
+    )
+    return (
+        f"the engine is built for TensorRT-LLM {want} (build.trtllm_version) but deploy.image_base {base}, the "
+        f"image deploy.image is built on, ships TensorRT-LLM {release}, which cannot load it - {fix}set "
+        f"build.trtllm_version: '{have}' and rebuild the engine",
+        None,
+    )
+
+
+def dynamo_line_refusal(cfg: Config, image: str) -> tuple[str | None, str | None]:
+    """build.target llmapi: (refusal, warning) for build.trtllm_version against the TensorRT-LLM release
+    of Dynamo's runtime image `image` (its LLM-API options are written for that line)."""
+    if cfg.build.target != "llmapi":
+        return None, None
+    want = cfg.build.trtllm_version
+    release = facts.dynamo_release(image)
+    if release is None:
+        return None, _unknown("Dynamo's runtime image", image, want)
+    have = facts.release_line(release)
+    if have == want:
+        return None, None
+    return (
+        f"build.trtllm_version {want} writes LLM-API options for TensorRT-LLM {want}, but Dynamo's runtime "
+        f"image {image} ships TensorRT-LLM {release} - set build.trtllm_version: '{have}'",
+        None,
+    )
