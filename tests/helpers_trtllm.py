@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.facts.formats import QUANT_ALGO
+from pipeline.facts.formats import FORMATS
 
 STANDIN = Path(__file__).resolve().parent / "standin_trtllm_build.py"
 DEMO_LIMITS = {"max_batch_size": 8, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 4096}
@@ -28,7 +28,7 @@ def write_checkpoint(path: Path, fmt: str = "none", world: int = 1, kv: str | No
         "vocab_size": 256,
         "max_position_embeddings": 2048,
         "mapping": {"world_size": world, "tp_size": world, "pp_size": 1},
-        "quantization": {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": kv},
+        "quantization": {"quant_algo": FORMATS[fmt].quant_algo, "kv_cache_quant_algo": kv},
     }
     (path / "config.json").write_text(json.dumps(cfg))
     for r in range(world):

@@ -161,8 +161,13 @@ def test_refuses_missing_hf(tmp_path):
 
 
 def test_refuses_int8_kv(tmp_path):
-    cfg, variant = _cfg(kv="int8")
-    with pytest.raises(LpxError, match=r"INT8 KV cache.*kv_cache: fp8 or none.*build.target: engine"):
+    # the config refuses it (facts/formats.py's refusal); write_llmapi refuses a config built in code the same way
+    said = r"INT8 KV cache - set quantization.kv_cache: none or fp8, or build.target: engine"
+    with pytest.raises(LpxError, match=said):
+        _cfg(kv="int8")
+    cfg, variant = _cfg()
+    variant.quantization.__dict__["kv_cache"] = "int8"
+    with pytest.raises(LpxError, match=said):
         write_llmapi(cfg, variant, _quantized(tmp_path, with_hf=False), tmp_path / "out")
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from pipeline.config import Calibration, parse_config
 from pipeline.errors import LpxError
-from pipeline.facts.formats import KV_ALGO, QUANT_ALGO
+from pipeline.facts.formats import FORMATS, KV_CACHES
 from pipeline.facts.trtllm import LINES
 from pipeline.progress import Reporter
 from pipeline.runner import Runner
@@ -71,7 +71,7 @@ def test_trtllm_checkpoint_matches_contract(quantized, variant, version):
     fmt = art.manifest["results"]["format"]
     kv = art.manifest["results"]["kv_cache"]
     line = "1.2" if version == "latest" else "0.16"
-    if QUANT_ALGO[fmt] and QUANT_ALGO[fmt] not in LINES[line].quant_algos:
+    if FORMATS[fmt].quant_algo and FORMATS[fmt].quant_algo not in LINES[line].quant_algos:
         pytest.skip(
             f"{fmt} is refused for TensorRT-LLM {line} before quantizing (test_capability_checks_refuse_before_work)"
         )
@@ -87,9 +87,9 @@ def test_trtllm_checkpoint_matches_contract(quantized, variant, version):
         if version == "latest"
         else CONTRACT["QuantAlgo"]["v0.16.0_referenced_members"]
     )
-    assert q.get("quant_algo") == QUANT_ALGO[fmt]
+    assert q.get("quant_algo") == FORMATS[fmt].quant_algo
     assert q.get("quant_algo") is None or q["quant_algo"] in allowed_algos
-    assert q.get("kv_cache_quant_algo") == KV_ALGO[kv]
+    assert q.get("kv_cache_quant_algo") == KV_CACHES[kv].quant_algo
     assert (
         q.get("kv_cache_quant_algo") is None
         or q["kv_cache_quant_algo"] in CONTRACT["quantization"]["kv_cache_quant_algo_allowed_latest"]

@@ -14,7 +14,7 @@ from helpers_trtllm import DEMO_LIMITS, STANDIN, run_standin, write_checkpoint
 from pipeline.artifacts import owner_alive  # a zombie counts as dead
 from pipeline.config import parse_config
 from pipeline.errors import LpxError
-from pipeline.facts.formats import QUANT_ALGO
+from pipeline.facts.formats import FORMATS
 from pipeline.stages.build import trtllm_build as tb
 from pipeline.stages.build import trtllm_run as tr
 
@@ -76,7 +76,7 @@ def test_compose_accepted_by_standin_and_contract(tmp_path, version, fmt):
     assert engine["build_config"]["kv_cache_type"] == "PAGED"
     assert engine["build_config"]["max_seq_len"] == 1024 and engine["build_config"]["max_batch_size"] == 8
     assert plugins["use_paged_context_fmha"] is True and plugins["paged_kv_cache"] is True
-    assert plugins["use_fp8_context_fmha"] is (QUANT_ALGO[fmt] in {"FP8", "W4A8_AWQ", "NVFP4"})
+    assert plugins["use_fp8_context_fmha"] is (FORMATS[fmt].quant_algo in {"FP8", "W4A8_AWQ", "NVFP4"})
     assert plugins["tokens_per_block"] == tb.TOKENS_PER_BLOCK and plugins["multiple_profiles"] is True
     assert (tmp_path / "engine" / "rank0.engine").is_file()
 

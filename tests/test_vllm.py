@@ -15,6 +15,7 @@ from helpers_models import REAL_CONFIGS, TINY
 from pipeline.config import parse_config
 from pipeline.demo import demo_config_dict
 from pipeline.errors import ConfigError, LpxError, UsageError
+from pipeline.facts.formats import FORMATS, KV_CACHES
 from pipeline.runtime.engines import vllm_engine
 from pipeline.runtime.engines.base import Request
 from pipeline.stages.build import vllm_target
@@ -51,8 +52,8 @@ def test_engine_arguments_are_vllms(name, fmt, kv) -> None:
     else:
         method = args["quantization"]
         assert method in CONTRACT["quantization_values"]
-        assert vllm_target.QUANT_ALGO[fmt] in loader["quant_algos"][method]
-    assert vllm_target.KV_CACHE[kv][1] in (None, "FP8")
+        assert FORMATS[fmt].quant_algo in loader["quant_algos"][method]
+    assert KV_CACHES[kv].quant_algo in (None, "FP8")
 
 
 def test_cpu_kv_space_holds_the_builds_sequences() -> None:

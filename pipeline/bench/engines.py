@@ -20,11 +20,10 @@ from typing import Any
 
 from ..config import Config, Variant
 from ..errors import LpxError
-from ..facts.formats import CUDA_ONLY, arch_refusal, sm_number
+from ..facts.formats import FORMATS, refusal, sm_number
 from .options import BenchOptions
 
 TRTLLM_TARGETS = ("engine", "llmapi")
-VLLM_GPU_FORMATS = ("fp8", "nvfp4")  # vLLM's CPU platform has no FP8 / NVFP4 linear kernels (docs/vllm.md)
 
 
 def trtllm_present() -> bool:
@@ -58,7 +57,7 @@ def where_not(cfg: Config, variant: Variant, gpu: Any = "detect") -> str | None:
                 f"Triton TensorRT-LLM container); this machine has {' and '.join(missing)}"
             )
     if gpu is not None and target != "torch":
-        why = arch_refusal(fmt, kv, sm_number(gpu.arch))
+        why = refusal(fmt, kv, sm=sm_number(gpu.arch))
         if why:
             return f"{why}, and this GPU is {gpu.name} ({gpu.arch})"
     if target == "vllm":
@@ -68,13 +67,11 @@ def where_not(cfg: Config, variant: Variant, gpu: Any = "detect") -> str | None:
             find_python()
         except LpxError as exc:
             return exc.message
-        if gpu is None and fmt in VLLM_GPU_FORMATS:
-            return (
-                f"vLLM's CPU platform has no {fmt} kernels: format {fmt} on target vllm needs a GPU "
-                f"(sm{89 if fmt == 'fp8' else 100}+); on a CPU compare format none"
-            )
-    if target == "torch" and gpu is None and fmt in CUDA_ONLY:
-        return f"format {fmt} is simulated by ModelOpt on CUDA only: target torch serves it on a GPU"
+    why = refusal(fmt, target=target, gpu=gpu is not None) if target in ("torch", "vllm") else None
+    if why and target == "vllm":
+        return f"{why}: format {fmt} on target vllm needs a GPU (sm{FORMATS[fmt].min_sm}+); on a CPU compare format none"
+    if why:
+        return f"{why}: target torch serves it on a GPU"
     return None
 
 

@@ -63,7 +63,7 @@ __all__ = [  # the names other packages import from pipeline.config
 ]
 
 FORMATS = tuple(formats.FORMATS)
-KV_CACHE = tuple(formats.KV_CACHE_TYPES)
+KV_CACHE = tuple(formats.KV_CACHES)
 EXPORTS = ("trtllm", "hf", "state")
 TARGETS = ("engine", "llmapi", "torch", "vllm")
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
@@ -257,27 +257,12 @@ def line_for(build: Build, target: str) -> str:
 
 def serving_refusal(build: Build, variant: Variant) -> str | None:
     """Why `variant` cannot be built with `build` (its target vs the TensorRT-LLM line, its format vs what
-    the target serves), naming the fix; None when it can. A format the line's checkpoints do not know
-    (nvfp4 on 0.16) is the build stage's check: `lpx matrix` lists such cells as excluded."""
+    the target serves, its KV-cache type vs its format), naming the fix; None when it can. A format the
+    line's checkpoints do not know (nvfp4 on 0.16) is the build stage's check: `lpx matrix` lists such cells
+    as excluded."""
     target = variant.build.target or build.target
-    version = line_for(build, target)
     q = variant.quantization
-    if target in ("engine", "llmapi"):
-        why = trtllm.target_refusal(target, version)
-        if why:
-            return why
-    if q.format in formats.SERVABLE[target]:
-        return None
-    if target in ("engine", "llmapi"):
-        known = trtllm.LINES[version].quant_algos | {None}
-        served = [f for f in formats.SERVABLE[target] if formats.QUANT_ALGO[f] in known]
-        where = f"TensorRT-LLM {version} (build.target {target})"
-    else:
-        served, where = list(formats.SERVABLE[target]), f"build.target {target}"
-    return (
-        f"{where} cannot serve format '{q.format}'; it serves {', '.join(served)} - choose one of them "
-        "for quantization.format, or another build.target for this variant"
-    )
+    return formats.refusal(q.format, q.kv_cache, target=target, line=line_for(build, target))
 
 
 def _resolve_paths(cfg: Config, base: Path) -> Config:

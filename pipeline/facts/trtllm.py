@@ -154,17 +154,6 @@ def target_refusal(target: str, version: str) -> str | None:
     return None
 
 
-def unknown_algo(fmt: str, kv_cache: str, version: str) -> str | None:
-    """Why a TensorRT-LLM line cannot load this format / KV-cache type ("format 'x' (ALGO) is not known to
-    TensorRT-LLM v"), or None."""
-    from .formats import KV_ALGO, QUANT_ALGO
-
-    for algo, what in ((QUANT_ALGO[fmt], f"format '{fmt}'"), (KV_ALGO[kv_cache], f"kv_cache '{kv_cache}'")):
-        if algo and algo not in LINES[version].quant_algos:
-            return f"{what} ({algo}) is not known to TensorRT-LLM {version}"
-    return None
-
-
 def newest_with(algo: str) -> str | None:
     """The newest line LPX builds trtllm-build engines for whose checkpoints know `algo`, or None."""
     return next((name for name in ENGINE_LINES if algo in LINES[name].quant_algos), None)

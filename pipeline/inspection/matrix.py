@@ -20,13 +20,12 @@ from pathlib import Path
 
 from ..config import Config, load_config
 from ..errors import UsageError
-from ..facts.formats import arch_refusal, sm_number
-from ..facts.trtllm import unknown_algo
+from ..facts.formats import refusal, sm_number
 
 
 def _reason(fmt: str, kv: str, arch: str, version: str) -> str | None:
     """Why this format / KV-cache type cannot be built for this arch, or None."""
-    return arch_refusal(fmt, kv, sm_number(arch)) or unknown_algo(fmt, kv, version)
+    return refusal(fmt, kv, sm=sm_number(arch), line=version, loads=True)
 
 
 def _cells(cfg: Config) -> list[tuple[dict, str | None]]:

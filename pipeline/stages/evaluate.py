@@ -15,7 +15,7 @@ from ..artifacts import Artifact
 from ..cache_keys import code_fingerprint
 from ..config import QualityGate, Variant
 from ..errors import UsageError
-from ..facts.formats import CUDA_ONLY
+from ..facts.formats import refusal
 from .context import Context
 from .quantize.model_io import STATE_FILE, device, load_model, load_tokenizer, restore
 
@@ -53,11 +53,10 @@ def run(ctx: Context, variant: Variant, checkpoint: Artifact, out: Path) -> dict
     texts = ctx.texts("evaluation")
     checkpoint = checkpoint.path
 
-    if variant.quantization.format in CUDA_ONLY and device() != "cuda":
-        return {
-            "skipped": f"format '{variant.quantization.format}' is simulated by ModelOpt on CUDA only; "
-            "run 'lpx eval' on a GPU machine"
-        }
+    # the quality check runs ModelOpt's fake-quant forward, as the torch target does
+    why = refusal(variant.quantization.format, target="torch", gpu=device() == "cuda")
+    if why:
+        return {"skipped": f"{why}; run 'lpx eval' on a GPU machine"}
     if not (checkpoint / "state" / STATE_FILE).is_file():
         return {
             "skipped": "the quantize artifact has no state/ export (build.target does not need it and every "

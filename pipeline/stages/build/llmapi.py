@@ -18,7 +18,7 @@ import yaml
 from ...artifacts import link_tree
 from ...config import Config, Variant
 from ...errors import LpxError, UsageError
-from ...facts import trtllm
+from ...facts.formats import refusal
 from ...runtime.engines.llmapi_engine import MODEL_FILE, OPTIONS_FILE
 from ..quantize.export_check import check_llmapi_options
 
@@ -80,14 +80,10 @@ def model_file(cfg: Config, variant: Variant) -> dict:
 
 
 def _check(cfg: Config, variant: Variant, checkpoint: Path) -> Path:
-    why = trtllm.target_refusal("llmapi", cfg.build.trtllm_version)
-    if why:
-        raise UsageError(why)
-    if variant.quantization.kv_cache == "int8":
-        raise LpxError(
-            f"variant '{variant.name}': an INT8 KV cache has no ModelOpt unified HF checkpoint, which build.target "
-            "llmapi loads - use quantization.kv_cache: fp8 or none for this variant, or build.target: engine"
-        )
+    q = variant.quantization
+    why = refusal(q.format, q.kv_cache, target="llmapi", line=cfg.build.trtllm_version)
+    if why:  # the config refused it already; a config built in code is checked here
+        raise UsageError(f"variant '{variant.name}': {why}")
     hf = Path(checkpoint) / "hf"
     if (hf / "config.json").is_file():
         return hf

@@ -10,7 +10,7 @@ from pathlib import Path
 from ...artifacts import Artifact, link_tree
 from ...config import Config, Variant
 from ...errors import LpxError
-from ...facts.formats import CUDA_ONLY
+from ...facts.formats import refusal
 from ...runtime.engines.torch_meta import META_FILE
 from ..quantize.model_io import STATE_FILE
 
@@ -36,10 +36,11 @@ def engine_meta(cfg: Config, variant: Variant) -> dict:
 
 def run(cfg: Config, variant: Variant, checkpoint: Artifact, out: Path) -> dict:
     fmt = variant.quantization.format
-    if fmt in CUDA_ONLY and not _cuda():
+    why = refusal(fmt, target="torch", gpu=_cuda())
+    if why:
         raise LpxError(
-            f"variant '{variant.name}': format '{fmt}' cannot run on the torch target without a CUDA "
-            "GPU (ModelOpt simulates it on CUDA only) - build it for target engine/llmapi, or on a GPU"
+            f"variant '{variant.name}': {why}, so the torch target serves it on a CUDA GPU only - build it "
+            "for target engine/llmapi, or on a GPU"
         )
     nbytes = link_tree(checkpoint.path / "state", out)[1]
     engine = engine_meta(cfg, variant)

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...config import Config
 from ...errors import LpxError, UsageError
 from ...facts import trtllm
-from ...facts.formats import QUANT_ALGO
+from ...facts.formats import FORMATS, refusal
 from .torch_target import TOKENS_PER_BLOCK
 
 SMALL_BATCH_FP8_GEMM = 4  # upstream: the FP8 GEMM plugin helps small batches (<= 4), hurts larger ones
@@ -113,21 +113,15 @@ def compose(
 def _validate(cfg: Config, variant_format: str, checkpoint_dir: Path, version: str) -> str | None:
     """The format's QuantAlgo, once the line builds engines, knows the format, and the limits and the
     checkpoint's ranks agree with the build section; a UsageError naming the fix otherwise."""
-    line = trtllm.line(version)
+    trtllm.line(version)  # a line LPX builds for, or the error naming them
     b = cfg.build
     why = trtllm.target_refusal("engine", version)
     if why:
         raise UsageError(why)
-    if variant_format not in QUANT_ALGO:
-        raise UsageError(
-            f"Unknown quantization format '{variant_format}' - use one of {', '.join(QUANT_ALGO)}"
-        )
-    algo = QUANT_ALGO[variant_format]
-    if algo and algo not in line.quant_algos:
-        raise UsageError(
-            f"format '{variant_format}' ({algo}) is not known to TensorRT-LLM {version} - "
-            f"set build.trtllm_version: {trtllm.newest_with(algo)}"
-        )
+    algo = FORMATS[variant_format].quant_algo
+    why = refusal(variant_format, line=version, loads=True)
+    if why:
+        raise UsageError(f"{why} - set build.trtllm_version: {trtllm.newest_with(algo)}")
     if b.max_input_len > b.max_seq_len:
         raise UsageError(
             f"build.max_input_len {b.max_input_len} exceeds build.max_seq_len {b.max_seq_len} - "

@@ -21,40 +21,19 @@ from pathlib import Path
 from ...artifacts import link_tree
 from ...config import Config, Variant
 from ...errors import LpxError, UsageError
+from ...facts.formats import FORMATS, KV_CACHES, refusal
 from ...runtime.engines.vllm_engine import MODEL_FILE
 
 CHECKPOINT_DIR = "checkpoint"
 VLLM_VERSION = "0.32.0"
-# What vLLM's ModelOpt loader serves from LPX's formats (until facts/formats.py has a per-engine table):
-# FP8 and NVFP4 through hf_quant_config.json; no INT4-AWQ, W4A8-AWQ or INT8-SQ loader exists.
-QUANTIZATION = {"none": None, "fp8": "modelopt", "nvfp4": "modelopt_fp4"}
-QUANT_ALGO = {"fp8": "FP8", "nvfp4": "NVFP4"}  # hf_quant_config.json's quantization.quant_algo
-KV_CACHE = {
-    "none": ("auto", None),
-    "fp8": ("fp8", "FP8"),
-}  # kv_cache -> (kv_cache_dtype, kv_cache_quant_algo)
 GPU_MEMORY_UTILIZATION = 0.9  # the share of GPU memory vLLM takes (weights + KV cache), as llmapi's 0.9
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-def refusal(fmt: str, kv_cache: str) -> str | None:
-    """Why vLLM cannot serve this format / KV cache, naming what it can, or None."""
-    if fmt not in QUANTIZATION:
-        return (
-            f"format '{fmt}' has no vLLM loader (vLLM serves ModelOpt's FP8 and NVFP4 checkpoints) - "
-            f"use one of {', '.join(QUANTIZATION)} for build.target vllm, or build.target torch / llmapi"
-        )
-    if kv_cache not in KV_CACHE:
-        return (
-            f"kv_cache '{kv_cache}' has no ModelOpt unified HF checkpoint, which vLLM loads - "
-            f"use quantization.kv_cache: {' or '.join(KV_CACHE)} for build.target vllm"
-        )
-    return None
-
-
 def check(cfg: Config, variant: Variant) -> None:
-    """Before any work: a format or KV cache vLLM cannot serve."""
-    why = refusal(variant.quantization.format, variant.quantization.kv_cache)
+    """Before any work: a format or KV cache vLLM cannot serve (vLLM's ModelOpt loader reads FP8 and NVFP4
+    unified checkpoints through hf_quant_config.json; no INT4-AWQ, W4A8-AWQ or INT8-SQ loader exists)."""
+    why = refusal(variant.quantization.format, variant.quantization.kv_cache, target="vllm")
     if why:
         raise UsageError(f"variant '{variant.name}': {why}")
 
@@ -80,7 +59,7 @@ def kv_bytes(cfg: Config, variant: Variant, model_config: dict) -> int:
 def build_file(cfg: Config, variant: Variant, model_config: dict) -> dict:
     """The content of lpx_vllm.json (part of the build key)."""
     b, q = cfg.build, variant.quantization
-    kv_dtype, _ = KV_CACHE[q.kv_cache]
+    kv_dtype = q.kv_cache if KV_CACHES[q.kv_cache].quant_algo else "auto"  # vLLM's kv_cache_dtype
     engine_args: dict = {
         "dtype": b.dtype,
         "max_model_len": b.max_seq_len,
@@ -95,8 +74,8 @@ def build_file(cfg: Config, variant: Variant, model_config: dict) -> dict:
         "disable_log_stats": False,  # the scheduler's state feeds LPX's metric families
         "enforce_eager": b.eager,  # no torch.compile: a start in seconds, slower steps (build.eager)
     }
-    if QUANTIZATION[q.format]:
-        engine_args["quantization"] = QUANTIZATION[q.format]
+    if FORMATS[q.format].vllm_quantization:
+        engine_args["quantization"] = FORMATS[q.format].vllm_quantization
     return {
         "model": CHECKPOINT_DIR,
         "vllm_version": VLLM_VERSION,
@@ -114,7 +93,7 @@ def check_checkpoint(hf: Path, fmt: str, kv_cache: str, where: str) -> None:
     """The unified checkpoint against what vLLM's ModelOpt loader reads: no hf_quant_config.json for
     format none; for fp8 / nvfp4 the algorithm, the KV-cache algorithm and a list of excluded modules."""
     path = hf / "hf_quant_config.json"
-    if QUANTIZATION[fmt] is None:
+    if FORMATS[fmt].vllm_quantization is None:
         if path.exists():
             raise LpxError(f"{where}: format none but {path} exists - re-run 'lpx quantize' for it")
         return
@@ -125,7 +104,7 @@ def check_checkpoint(hf: Path, fmt: str, kv_cache: str, where: str) -> None:
             f"{where}: {path} is missing or has no 'quantization' section ({exc}); vLLM's ModelOpt loader "
             "reads it - re-run 'lpx quantize' for this variant"
         ) from None
-    want = {"quant_algo": QUANT_ALGO[fmt], "kv_cache_quant_algo": KV_CACHE[kv_cache][1]}
+    want = {"quant_algo": FORMATS[fmt].quant_algo, "kv_cache_quant_algo": KV_CACHES[kv_cache].quant_algo}
     got = {k: (str(quant.get(k)).upper() if quant.get(k) is not None else None) for k in want}
     if got != want or not isinstance(quant.get("exclude_modules", []), list):
         raise LpxError(

@@ -33,6 +33,7 @@ from typing import Any
 from ... import toolchain
 from ...cache_keys import code_fingerprint
 from ...config import Config, Variant
+from ...facts.formats import KV_CACHES
 from ...inspection.checkpoint import copy_tokenizer
 from ..context import Context
 from .export_check import check_hf, check_sliding_window, check_trtllm
@@ -72,10 +73,6 @@ TARGET_EXPORTS = {
 }  # what each build target reads
 TOKENIZER_DIR = "tokenizer"  # always written (a few MB): the engine target's repository reads it
 SCRATCH_STATE = ".clean-copy-state"  # the state written only to restore a clean copy; removed before commit
-HF_EXPORT_UNSUPPORTED_KV = {
-    "int8": "ModelOpt's unified HF export has no INT8 KV cache (FP8/NVFP4 only): "
-    "no hf/ folder, so target llmapi cannot use this variant"
-}
 
 
 def needed_exports(cfg: Config, variant: Variant) -> tuple[str, ...]:
@@ -192,9 +189,13 @@ def _checks_and_disk(r: _Run) -> dict:
     """Drop the exports the KV cache rules out, decide on a scratch state, check the checkpoint's files
     before anything is loaded and the free disk; returns the disk check's figures."""
     cfg, q = r.ctx.cfg, r.variant.quantization
-    if "hf" in r.exports and q.kv_cache in HF_EXPORT_UNSUPPORTED_KV:
+    kv = KV_CACHES[q.kv_cache]
+    if "hf" in r.exports and not kv.hf_export:
         # ModelOpt 0.47's unified HF export accepts FP8/NVFP4 KV caches only; TensorRT-LLM's checkpoint has INT8.
-        r.notes.append(HF_EXPORT_UNSUPPORTED_KV[q.kv_cache])
+        r.notes.append(
+            f"ModelOpt's unified HF export has no {kv.quant_algo} KV cache (FP8/NVFP4 only): "
+            "no hf/ folder, so target llmapi cannot use this variant"
+        )
         r.exports = tuple(e for e in r.exports if e != "hf")
     # a clean copy is restored from the state file when both exports run (each rewrites the weights in place)
     r.scratch_state = "state" not in r.exports and {"trtllm", "hf"} <= set(r.exports)

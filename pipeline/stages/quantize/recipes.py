@@ -8,7 +8,7 @@ import copy
 
 from ...config import Quantization
 from ...errors import UsageError
-from ...facts.formats import AWQ_FORMATS, FORMATS
+from ...facts.formats import FORMATS, refusal
 
 KV_ENTRIES = {
     "fp8": [{"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": (4, 3), "axis": None}}],
@@ -30,7 +30,7 @@ def check_shapes(q: Quantization, config: dict, tp_size: int, where: str) -> Non
             f"build.tp_size {tp_size} cannot split the model's {kv_heads} key/value heads - "
             f"use a divisor or multiple of {kv_heads}"
         )
-    if q.format in AWQ_FORMATS:
+    if FORMATS[q.format].awq:
         for key in ("hidden_size", "intermediate_size"):
             dim = int(config.get(key, 0))
             if dim and (dim // tp_size) % q.awq_block_size:
@@ -44,14 +44,15 @@ def recipe(q: Quantization) -> dict | None:
     """The ModelOpt config for a variant, or None for `none` (no quantization)."""
     import modelopt.torch.quantization as mtq
 
-    name = FORMATS[q.format][0]
+    why = refusal(q.format, q.kv_cache)  # the config refused it; a config built in code is checked here
+    if why:
+        raise UsageError(why)
+    name = FORMATS[q.format].modelopt_config
     if name is None:
-        if q.kv_cache != "none":
-            raise UsageError("quantization.kv_cache needs a quantized format; set format or kv_cache: none")
         return None
     cfg = copy.deepcopy(getattr(mtq, name))
     entries = list(cfg["quant_cfg"])
-    if q.format in AWQ_FORMATS:
+    if FORMATS[q.format].awq:
         for e in entries:
             c = e.get("cfg")
             if e.get("quantizer_name") == "*weight_quantizer":
