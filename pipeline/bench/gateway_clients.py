@@ -1,7 +1,7 @@
-"""The clients and helpers of scripts/bench_gateway.py: a streamed gRPC request to a Triton model (as a
-bidirectional stream, tritonclient's way, or as the one-message server-streaming call the gateway makes),
-a streamed /v1/completions over aiohttp, TTFT rounds and their tables, a closed-loop driver, and a bare
-uvicorn SSE endpoint as the floor of HTTP on this machine.
+"""The clients and helpers of scripts/bench_gateway.py and scripts/bench_gateway_ab.py: a streamed gRPC
+request to a Triton model (as a bidirectional stream, tritonclient's way, or as the one-message
+server-streaming call the gateway makes), a streamed /v1/completions over aiohttp, TTFT rounds and their
+tables, a closed-loop driver, and a bare uvicorn SSE endpoint as the floor of HTTP on this machine.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TritonPath:
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-        from pipeline.bench.senders import _bytes_tensor
+        from .senders import _bytes_tensor
 
         self.channel = grpc.aio.insecure_channel(url, options=[("grpc.enable_http_proxy", 0)])
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
