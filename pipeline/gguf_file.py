@@ -43,15 +43,10 @@ def _field(fields: dict, key: str):
     return f.contents()
 
 
-def read_gguf(path: Path) -> GgufInfo:
-    """The header of the GGUF file at `path` (read by the gguf package's GGUFReader, which maps the file
-    and reads its metadata and tensor table, not the tensor data): its architecture, name, end-of-sequence
-    token and the size its tensors need. UsageError (naming the file and what is wrong) for a missing,
-    non-GGUF, truncated or unreadable file: refused in seconds, before the long load."""
-    path = Path(path).expanduser()
+def _check_head(path: Path) -> int:
+    """The file's GGUF version, after its magic; UsageError naming what is wrong otherwise."""
     if not path.is_file():
         raise UsageError(f"--gguf: no file at {path} - pass the path of a .gguf file")
-    size = path.stat().st_size
     try:
         with path.open("rb") as fh:
             head = fh.read(8)
@@ -69,12 +64,16 @@ def read_gguf(path: Path) -> GgufInfo:
             f"--gguf: {path} is GGUF version {version}; LPX reads versions "
             f"{' and '.join(map(str, GGUF_VERSIONS))} - convert it again with a current llama.cpp"
         )
+    return version
+
+
+def _open_reader(path: Path, size: int):
+    """gguf.GGUFReader over the file and the bytes its tensors need; UsageError for a cut or damaged file."""
     from gguf import GGUFReader
 
     try:
         reader = GGUFReader(path, "r")
         need = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
-        fields = reader.fields
     except (ValueError, IndexError, KeyError, struct.error, UnicodeDecodeError) as exc:
         # GGUFReader reads past the end of a cut file as a short array, then fails to shape it
         raise UsageError(
@@ -88,6 +87,18 @@ def read_gguf(path: Path) -> GgufInfo:
             f"--gguf: {path} is truncated: its tensors need {need} bytes, the file has {size} - "
             "download or copy it again"
         )
+    return reader, need
+
+
+def read_gguf(path: Path) -> GgufInfo:
+    """The header of the GGUF file at `path` (read by the gguf package's GGUFReader, which maps the file
+    and reads its metadata and tensor table, not the tensor data): its architecture, name, end-of-sequence
+    token and the size its tensors need. UsageError (naming the file and what is wrong) for a missing,
+    non-GGUF, truncated or unreadable file: refused in seconds, before the long load."""
+    path = Path(path).expanduser()
+    version = _check_head(path)
+    reader, need = _open_reader(path, path.stat().st_size)
+    fields = reader.fields
     arch = _field(fields, "general.architecture")
     if not isinstance(arch, str) or not arch:
         raise UsageError(f"--gguf: {path} names no general.architecture - it is not a model GGUF file")

@@ -112,6 +112,43 @@ class TritonPythonModel:
         given = {name: t for name in self.inputs if (t := pb_utils.get_input_tensor_by_name(request, name))}
         # max_tokens, end_id and pad_id are checked by preprocessing, which knows the cap and the vocabulary
         check({name: t.as_numpy() for name, t in given.items() if name != "max_tokens"}, self.limits)
+        inputs = self._engine_inputs(given)
+        stream = "stream" in given and bool(given["stream"].as_numpy().reshape(-1)[0])
+        responses = pb_utils.InferenceRequest(
+            model_name=self.engine, inputs=inputs, requested_output_names=self.outputs
+        ).exec(decoupled=True)
+        texts: list[np.ndarray] = []
+        extras: dict[str, np.ndarray] = {}
+        total = 0
+        gone = CancelWatch(sender)
+        for response in responses:
+            checked(response, self.engine)
+            if gone():
+                sender.send(flags=FINAL)
+                return
+            got = {name: pb_utils.get_output_tensor_by_name(response, name) for name in self.extras}
+            got = {name: t.as_numpy() for name, t in got.items() if t is not None}
+            delta = self._delta(response)
+            if delta is None:  # an empty (flags-only) final response
+                extras.update(got)
+                continue
+            text, n = delta
+            if stream:
+                out = [pb_utils.Tensor("text_output", text), count_tensor(n)]
+                out += [pb_utils.Tensor(name, value) for name, value in got.items()]
+                sender.send(pb_utils.InferenceResponse(output_tensors=out))
+            else:
+                texts.append(text)
+                total += n
+                extras.update(got)  # per-request values: the last response's are the whole request's
+        if stream:
+            sender.send(flags=FINAL)
+            return
+        self._send_whole(sender, texts, total, extras)
+
+    def _engine_inputs(self, given: dict) -> list:
+        """The engine's input tensors: preprocessing's outputs (the prompt's ids and lengths, the limits it
+        checked) and the request's own tensors the engine takes as they are."""
         pre = checked(
             pb_utils.InferenceRequest(
                 model_name="preprocessing",
@@ -128,48 +165,29 @@ class TritonPythonModel:
             pb_utils.Tensor(dst, pb_utils.get_output_tensor_by_name(pre, src).as_numpy())
             for src, (_, dst) in PRE_TO_ENGINE.items()
         ]
-        inputs += [
+        return inputs + [
             pb_utils.Tensor(self.to_engine[n], t.as_numpy()) for n, t in given.items() if n in self.to_engine
         ]
-        stream = "stream" in given and bool(given["stream"].as_numpy().reshape(-1)[0])
-        responses = pb_utils.InferenceRequest(
-            model_name=self.engine, inputs=inputs, requested_output_names=self.outputs
-        ).exec(decoupled=True)
-        texts: list[np.ndarray] = []
-        extras: dict[str, np.ndarray] = {}
-        total = 0
-        gone = CancelWatch(sender)
-        for response in responses:
-            checked(response, self.engine)
-            if gone():
-                sender.send(flags=FINAL)
-                return
-            got = {name: pb_utils.get_output_tensor_by_name(response, name) for name in self.extras}
-            got = {name: t.as_numpy() for name, t in got.items() if t is not None}
-            ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
-            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length")
-            if ids is None or lengths is None:  # an empty (flags-only) final response
-                extras.update(got)
-                continue
-            text = self._detokenize(ids.as_numpy(), lengths.as_numpy())
-            counted = pb_utils.get_output_tensor_by_name(response, "num_output_tokens")
-            n = (
-                int(counted.as_numpy().reshape(-1)[0])
-                if counted is not None
-                else int(lengths.as_numpy().reshape(-1)[0])
-            )
-            if stream:
-                out = [pb_utils.Tensor("text_output", text), count_tensor(n)]
-                out += [pb_utils.Tensor(name, value) for name, value in got.items()]
-                sender.send(pb_utils.InferenceResponse(output_tensors=out))
-            else:
-                texts.append(text)
-                total += n
-                extras.update(got)  # per-request values: the last response's are the whole request's
-        if stream:
-            sender.send(flags=FINAL)
-            return
-        # [beams], postprocessing's (and upstream's) shape: one string per beam, the deltas joined
+
+    def _delta(self, response) -> tuple[np.ndarray, int] | None:
+        """One engine response's text (postprocessing's) and its token count; None for an empty response."""
+        ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+        lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length")
+        if ids is None or lengths is None:
+            return None
+        text = self._detokenize(ids.as_numpy(), lengths.as_numpy())
+        counted = pb_utils.get_output_tensor_by_name(response, "num_output_tokens")
+        n = (
+            int(counted.as_numpy().reshape(-1)[0])
+            if counted is not None
+            else int(lengths.as_numpy().reshape(-1)[0])
+        )
+        return text, n
+
+    @staticmethod
+    def _send_whole(sender, texts: list[np.ndarray], total: int, extras: dict[str, np.ndarray]) -> None:
+        """A non-streamed request's one response: [beams], postprocessing's (and upstream's) shape: one
+        string per beam, the deltas joined."""
         whole = np.array(
             [b"".join(parts) for parts in zip(*(t.reshape(-1) for t in texts), strict=True)]
             if texts
