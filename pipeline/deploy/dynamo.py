@@ -52,7 +52,16 @@ SKIPS = {
     "CKV_K8S_35": "no secrets are used by these pods",
     "CKV_K8S_15": "imagePullPolicy IfNotPresent: GPU nodes cache multi-GB runtime images; tags are immutable",
     "CKV2_K8S_6": "the operator wires frontend and workers on ports it assigns (TCP request plane); scope it there",
+    "CKV_K8S_38": "Dynamo's Kubernetes discovery reads the pod's service account token (the operator's "
+    "<graph>-k8s-service-discovery account; tests/contracts/dynamo_operator.json)",
 }
+# The operator (Kubernetes discovery, its default backend) gives every pod of the graph the service account
+# <graph>-k8s-service-discovery, whose Role lets the runtime create the DynamoWorkerMetadata objects through
+# which frontend and workers find each other; the runtime's Kubernetes client reads that account's token from
+# the pod (kube-rs in-cluster config). The operator sets the account only where the pod template names none,
+# and never the token's mount: LPX names no account and mounts the token explicitly (a pod without it fails at
+# start with "Failed to create Kubernetes client"). tests/contracts/dynamo_operator.json has the sources.
+DISCOVERY_POD = {"automountServiceAccountToken": True}
 PHASES = {"agg": ["worker"], "disagg": ["prefill", "decode"]}
 
 
@@ -178,7 +187,7 @@ def spec_v1beta1(cfg: Config, variant: str, phases: list[str], path: str, image:
             "replicas": 1,
             "podTemplate": {
                 "spec": {
-                    "automountServiceAccountToken": False,
+                    **DISCOVERY_POD,
                     "securityContext": POD_SECURITY,
                     "containers": [_frontend(image)],
                 }
@@ -196,7 +205,7 @@ def spec_v1beta1(cfg: Config, variant: str, phases: list[str], path: str, image:
                 "replicas": cfg.deploy.replicas,
                 "podTemplate": {
                     "spec": {
-                        "automountServiceAccountToken": False,
+                        **DISCOVERY_POD,
                         "securityContext": POD_SECURITY,
                         "containers": [main],
                         "volumes": _volumes(cfg, variant),
@@ -215,7 +224,11 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
         "Frontend": {
             "componentType": "frontend",
             "replicas": 1,
-            "extraPodSpec": {"securityContext": POD_SECURITY, "mainContainer": _frontend(image)},
+            "extraPodSpec": {
+                **DISCOVERY_POD,
+                "securityContext": POD_SECURITY,
+                "mainContainer": _frontend(image),
+            },
         }
     }
     prefix = "TRTLLM" if cfg.build.target == "llmapi" else "Vllm"
@@ -232,6 +245,7 @@ def spec_v1alpha1(cfg: Config, variant: str, phases: list[str], path: str, image
             "limits": {"gpu": _gpus(cfg), "cpu": cfg.deploy.cpu, "memory": cfg.deploy.memory}
         }
         service["extraPodSpec"] = {
+            **DISCOVERY_POD,
             "securityContext": POD_SECURITY,
             "mainContainer": main,
             "volumes": _volumes(cfg, variant),
