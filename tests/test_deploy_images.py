@@ -190,14 +190,14 @@ def test_the_default_engine_deploys_in_the_default_image_without_a_word(tmp_path
 
 
 def test_deploy_dynamo_refuses_llmapi_options_for_another_line_than_its_runtime(tmp_path, lpx) -> None:
-    """Dynamo 1.5.0's tensorrtllm-runtime ships TensorRT-LLM 1.3.0rc25: llmapi options written for 1.2 are
+    """Dynamo 1.6.1's tensorrtllm-runtime ships TensorRT-LLM 1.3.0rc29: llmapi options written for 1.2 are
     refused with the line to set; the default (1.3) is accepted."""
     cfg = config("llmapi")
     assert images.dynamo_line_refusal(cfg, dynamo.IMAGES["llmapi"]) == (None, None)
     pinned = _write(tmp_path, "llmapi", {"trtllm_version": "1.2"}, {})
     code, said = lpx(["deploy", "dynamo", "-c", str(pinned), "--out", str(tmp_path / "d")])
     assert (
-        code == 2 and "ships TensorRT-LLM 1.3.0rc25" in said and "set build.trtllm_version: '1.3'" in said
+        code == 2 and "ships TensorRT-LLM 1.3.0rc29" in said and "set build.trtllm_version: '1.3'" in said
     ), said
     assert not (tmp_path / "d").exists()
     refusal, warning = images.dynamo_line_refusal(cfg, "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:9.9.9")

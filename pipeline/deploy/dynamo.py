@@ -32,9 +32,11 @@ from ..stages.build.llmapi import llmapi_options
 from . import dynamo_vllm, k8s
 
 ENGINE_MOUNT = "/etc/lpx/engine"
-# Dynamo v1.5.0 (GA 2026-09-18; tests/contracts/dynamo_release.json has the sources): v1beta1 is the CRD
-# storage version, v1alpha1 deprecated (still served, converted by the operator's webhook)
-DYNAMO_RELEASE = "1.5.0"
+# Dynamo v1.6.1 (v1.6.0 GA 2026-10-21; tests/contracts/dynamo_release.json has the sources): the release whose
+# runtime LPX's tests run from PyPI (constraints/dynamo.txt), so the images the pods name are the runtime whose
+# own parsers took LPX's flags. v1beta1 is the CRD storage version (from 1.5.0), v1alpha1 deprecated (still
+# served, converted by the operator's webhook)
+DYNAMO_RELEASE = "1.6.1"
 IMAGES = {
     "llmapi": f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{DYNAMO_RELEASE}",
     "vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_RELEASE}",

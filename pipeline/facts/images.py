@@ -39,6 +39,7 @@ DOCKERFILE_BASE = LINES[default_line("engine")].container
 # Dockerfile.slim's and Dockerfile.vllm's ARG PYTHON_IMAGE
 PYTHON_BASE = "docker.io/library/python:3.11.11-slim-bookworm"
 DYNAMO_RUNTIME: dict[str, dict[str, str]] = {  # Dynamo release -> engine -> release in its runtime image
+    "1.6.1": {"tensorrtllm-runtime": "1.3.0rc29", "vllm-runtime": "0.31.0"},
     "1.5.0": {"tensorrtllm-runtime": "1.3.0rc25", "vllm-runtime": "0.28.0"},
 }
 _TRITON = re.compile(rf"^{re.escape(TRITON_REPO)}:(\d\d\.\d\d)-trtllm-python-py3$")
