@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,33 @@ def link_tree(src: Path, dest: Path) -> tuple[int, int]:
         files += 1
         nbytes += f.stat().st_size
     return files, nbytes
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def readable(folder: Path) -> None:
+    """Give every file and folder under `folder` the read (and, for folders, search) bits the umask allows.
+    Writers that go through a private temporary file (transformers' and safetensors' model.safetensors is
+    0600) would otherwise leave weights only their owner reads: a pod's uid 1000 could not load a repository
+    CI packed or a PVC holds (found by running the vllm pod as the kubelet does). The files are LPX's own
+    artifacts, or hard links to them."""
+    grant = ~_umask()
+    for p in [folder, *Path(folder).rglob("*")]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        want = st.st_mode | ((0o555 if stat.S_ISDIR(st.st_mode) else 0o444) & grant)
+        if want != st.st_mode:
+            os.chmod(p, stat.S_IMODE(want))
 
 
 @dataclass
@@ -216,9 +244,11 @@ class Store:
         return out
 
     def commit(self, tmp: Path, final: Path, manifest: dict) -> Artifact:
-        """Write the manifest last, then rename the whole folder into place."""
+        """Make every file readable as the umask allows, write the manifest last, then rename the whole
+        folder into place."""
         manifest = {"schema": SCHEMA, **manifest, "key": final.name, "complete": True}
         (tmp / OWNER).unlink(missing_ok=True)
+        readable(tmp)
         data = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False, default=str)
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
             fh.write(data + "\n")

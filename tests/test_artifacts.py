@@ -81,3 +81,32 @@ def test_sweep_removes_temp_folders_of_dead_processes(isolated_home):
     alive.mkdir()
     store.sweep(slot)
     assert not dead.exists() and alive.exists()
+
+
+def _private_commit(store, key):
+    """A stage whose writer leaves a 0600 file in a 0700 folder (transformers' model.safetensors is 0600)."""
+    slot = store.slot("quantize", "m", "v", "any")
+    with store.lock(slot), store.staging(slot, key) as tmp:
+        (tmp / "hf").mkdir(mode=0o700)
+        (tmp / "hf" / "model.safetensors").write_bytes(b"w")
+        os.chmod(tmp / "hf" / "model.safetensors", 0o600)
+        meta = {"stage": "quantize", "model": "m", "variant": "v", "arch": "any", "created": 1.0, "inputs": {}}
+        return store.commit(tmp, slot / key, meta)
+
+
+def test_committed_files_are_readable_as_the_umask_allows(isolated_home):
+    # On 2eeb7c6 model.safetensors stayed 0600 through quantize, build and repo (hard links share the inode), so
+    # the pods' uid 1000 could not read a repository that CI packed or a PVC holds.
+    old = os.umask(0o022)
+    try:
+        art = _private_commit(Store(), "k1")
+    finally:
+        os.umask(old)
+    assert oct((art.path / "hf" / "model.safetensors").stat().st_mode & 0o777) == "0o644"
+    assert oct((art.path / "hf").stat().st_mode & 0o777) == "0o755"
+    old = os.umask(0o077)  # a user who keeps their files private keeps them private
+    try:
+        art = _private_commit(Store(), "k2")
+    finally:
+        os.umask(old)
+    assert oct((art.path / "hf" / "model.safetensors").stat().st_mode & 0o777) == "0o600"
