@@ -1,49 +1,66 @@
 """Run a generated pod's containers on this machine the way the kubelet would, without a cluster.
 
-For every container whose image LPX builds (Dockerfile / Dockerfile.slim: `lpx` is the ENTRYPOINT), the
+For every container whose image LPX builds (Dockerfile / Dockerfile.slim / Dockerfile.vllm: `lpx` is the
+ENTRYPOINT), and for containers of other images whose programs are here (sshd, mpirun, curl, tar), the
 command and args run as a process with:
-- the pod's network: one network namespace per pod (`unshare --net`, loopback up), so the containers
-  reach each other on 127.0.0.1 and nothing collides with other servers on this machine;
-- its volumes: emptyDirs as temp folders (group fsGroup, setgid, as the kubelet does), Secrets and
-  ConfigMaps as files (Secrets from test fixtures, ConfigMaps from the generated objects), PVCs as fixture
-  folders; each bind-mounted at its mountPath in a private mount namespace, read-only mounts remounted
-  read-only (`mount -o remount,bind,ro`: writes fail with EROFS, as in the pod);
-- its env (value, configMapKeyRef, secretKeyRef), its runAsUser / runAsGroup / fsGroup (setpriv), and
-  `lpx` resolved to this checkout's venv; no GPU (CUDA_VISIBLE_DEVICES empty; this machine has none).
+- the pod's sandbox (tests/pod_network.py): its own network namespace (loopback up; pods of one group
+  joined by a bridge, each with an eth0 address), its hostname, and the pod's /etc/hosts, /etc/hostname and
+  /etc/resolv.conf - names of the other pods resolving as a headless Service makes them;
+- the container's own root filesystem (tests/pod_container.py): this machine's root as the lowest image layer,
+  the image's extra layers (Debian's Open MPI and OpenSSH from `make mpi-tools`, at the paths the image has
+  them) over it, read-only when readOnlyRootFilesystem says so: the container writes only into its volumes;
+- its volumes: emptyDirs as folders (group fsGroup, setgid, as the kubelet does; the disk usage measured
+  against sizeLimit, PodFailure when the kubelet would evict the pod; medium Memory as a tmpfs of the
+  sizeLimit shared by the pod's containers), Secrets and ConfigMaps as files (Secrets from test fixtures,
+  ConfigMaps from the generated objects), PVCs as fixture folders; read-only mounts remounted read-only;
+- its env (value, configMapKeyRef, secretKeyRef; what a controller injects, e.g. LWS_*), its runAsUser /
+  runAsGroup / fsGroup, capabilities (the runtime's default set minus drop, plus add: with drop ALL and a
+  non-root uid the process has none), no_new_privs for allowPrivilegeEscalation false; `lpx` resolved to
+  this checkout's venv; no GPU (CUDA_VISIBLE_DEVICES empty; this machine has none).
 Then its readiness probe (httpGet path and port, or tcpSocket) is polled from inside the pod's network
 until it succeeds; if the process exits first, or the probe never passes, PodFailure carries its log.
 
-The uid keeps one capability, CAP_DAC_READ_SEARCH (read and search, never write), only because this
-machine's Python lives under /root (mode 700). Mount points outside the temp folders (/models, /etc/lpx/keys, /home/lpx/.lpx ...) are created empty on
-this machine's root filesystem when missing: a mount namespace can cover a folder, not create one.
-Needs root (mount and user namespaces); callers skip when not root.
+What it cannot: pull or run the images themselves (the checkout's venvs and this machine's programs stand
+in for their contents; a container of an image whose program is not here is checked by its command line
+only, tests/upstream_cli.py), a GPU, seccomp profiles, cgroup limits (cpu, memory), a real DNS server or
+cluster Services (names come from /etc/hosts). Needs root (mount, network and UTS namespaces, overlayfs);
+callers skip when not root.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
-import http.server
+import json
 import os
-import select
-import shlex
 import signal
 import socket
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pod_container
+from pod_network import (
+    ClusterNetwork,
+    Record,
+    file_server,
+    hosts_file,
+    in_netns,
+    kill,
+    kill_namespace,
+    resolv_conf,
+    sandbox,
+)
+
+from pipeline.deploy.delivery import quantity_bytes
+
+__all__ = ["ClusterNetwork", "file_server", "in_netns"]
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-HOLD = Path("/run/lpx-pod-runner/checkout")  # where the checkout is held while a pod's mounts cover it
-CLONE_NEWNET = 0x40000000
+MPI_LAYER = ROOT / ".tools" / "mpi"  # make mpi-tools: Open MPI and OpenSSH as the engine image has them
 
 
 class PodFailure(AssertionError):
@@ -52,8 +69,6 @@ class PodFailure(AssertionError):
 
 def entrypoint(dockerfile: Path) -> list[str]:
     """The ENTRYPOINT of a Dockerfile (exec form), e.g. ["lpx"]."""
-    import json
-
     for line in dockerfile.read_text().splitlines():
         if line.startswith("ENTRYPOINT"):
             return json.loads(line.split(None, 1)[1])
@@ -81,33 +96,29 @@ def pod_templates(doc: dict) -> list[tuple[str, dict]]:
     return []
 
 
-def _libc_setns(pid: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns")
-    finally:
-        os.close(fd)
-
-
-def in_netns(pid: int, fn):
-    """fn() on a thread that joined the network namespace of `pid` (setns is per thread)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            _libc_setns(pid)
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def lws_group(doc: dict, group: int = 0) -> list[dict[str, Any]]:
+    """The pods of one LeaderWorkerSet group as its controller makes them (kubernetes-sigs/lws at
+    060ab4da17eea1f0865fcbd3236bb1075e2cea32, read 2026-12-07): the leader <lws>-<g>, the workers of the
+    StatefulSet <lws>-<g> with ordinals from 1, <lws>-<g>-<i> (pkg/controllers/pod_controller.go); hostname =
+    pod name, subdomain = <lws> (SubdomainShared, the default); the env its pod webhook injects first
+    (pkg/utils/pod/pod_utils.go AddLWSVariables): LWS_LEADER_ADDRESS=<lws>-<g>.<subdomain>.<namespace>,
+    LWS_GROUP_SIZE, LWS_WORKER_INDEX. Each: {name, spec, subdomain, namespace, env}."""
+    name, namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
+    t = doc["spec"]["leaderWorkerTemplate"]
+    leader = f"{name}-{group}"
+    env = {"LWS_LEADER_ADDRESS": f"{leader}.{name}.{namespace}", "LWS_GROUP_SIZE": str(t["size"])}
+    pods = [(leader, t["leaderTemplate"]["spec"], 0)]
+    pods += [(f"{leader}-{i}", t["workerTemplate"]["spec"], i) for i in range(1, t["size"])]
+    return [
+        {
+            "name": n,
+            "spec": s,
+            "subdomain": name,
+            "namespace": namespace,
+            "env": {**env, "LWS_WORKER_INDEX": str(i)},
+        }
+        for n, s, i in pods
+    ]
 
 
 def probe_once(probe: dict, ports: dict[str, int]) -> bool:
@@ -140,42 +151,68 @@ class Running:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
+def usage_bytes(folder: Path) -> int:
+    """Disk usage as the kubelet measures an emptyDir (du: allocated blocks)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for n in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, n)).st_blocks * 512
+    return total
+
+
 @dataclass
 class Pod:
-    """One pod: its network namespace, its volumes, its running containers."""
+    """One pod: its sandbox (network, hostname, shared mounts), its volumes, its running containers.
+
+    network: another pod whose network (and hostname) this pod's containers join instead of their own.
+    layers: image -> its layers over this machine's root (e.g. {engine image: [MPI_LAYER]}).
+    env: what a controller injects into every container (LWS_* for a LeaderWorkerSet's pods)."""
 
     spec: dict
     work: Path
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> {key: content}
     config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     claims: dict[str, Path] = field(default_factory=dict)  # PVC name -> folder
+    name: str = "lpx-pod"
+    namespace: str = "lpx"
+    subdomain: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    network: Pod | None = None
+    layers: dict[str, list[Path]] = field(default_factory=dict)
     running: list[Running] = field(default_factory=list)
     holder: subprocess.Popen | None = None
+    ip: str | None = None
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         self.fs_group = self.spec.get("securityContext", {}).get("fsGroup")
-        self.sources = {v["name"]: self._volume(v) for v in self.spec.get("volumes", [])}
-        # The holder says "up" once it is in its own network namespace with loopback up. Polling
-        # /proc/<pid>/ns/net from the start raced unshare: read before unshare(2) it is this process's own
-        # namespace, so the check passed there while the pod's loopback was still down, and a file server or
-        # a curl started next landed in different namespaces or found no loopback (CI, loaded machine).
-        self.holder = subprocess.Popen(
-            ["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec sleep 100000"],
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-        )
-        ready, _, _ = select.select([self.holder.stdout], [], [], 60)
-        line = self.holder.stdout.readline() if ready else b""  # EOF (b"") if unshare or ip failed
-        self.holder.stdout.close()
-        if line != b"up\n":
-            raise PodFailure(
-                f"the pod's network namespace did not come up (holder exit {self.holder.poll()})"
-            )
-        if not in_netns(self.holder.pid, _lo_up):
-            raise PodFailure("the pod's loopback carries no connection")
+        self.limits: dict[str, int] = {}  # disk emptyDir -> sizeLimit bytes
+        memory: list[tuple[Path, int, int | None]] = []
+        self.sources = {v["name"]: self._volume(v, memory) for v in self.spec.get("volumes", [])}
+        self.etc = {n: self.work / "etc" / n for n in ("hosts", "hostname", "resolv.conf")}
+        self.etc["hosts"].parent.mkdir(exist_ok=True)
+        self.set_hosts([])
+        self.etc["hostname"].write_text(self.name + "\n")
+        self.etc["resolv.conf"].write_text(resolv_conf(self.namespace))
+        self.holder = sandbox(None if self.network else self.name, memory)
+        self.started = 0
 
-    def _volume(self, v: dict) -> Path:
+    @property
+    def net_pid(self) -> int:
+        return self.network.net_pid if self.network else self.holder.pid
+
+    def record(self) -> Record:
+        assert self.ip, f"pod {self.name} is on no cluster network"
+        return Record(self.ip, self.name, self.subdomain, self.namespace)
+
+    def set_hosts(self, others: list[Record]) -> None:
+        """The pod's /etc/hosts: its own names, and the other pods' records (pod_network.py); written in
+        place, so containers already running see it (a bind mount of this file)."""
+        own = self.record() if self.ip else None
+        self.etc["hosts"].write_text(hosts_file(own, others))
+
+    def _volume(self, v: dict, memory: list) -> Path:
         folder = self.work / "volumes" / v["name"]
         if "persistentVolumeClaim" in v:
             claim = v["persistentVolumeClaim"]["claimName"]
@@ -194,7 +231,14 @@ class Pod:
             if name not in self.config_maps:
                 raise PodFailure(f"volume {v['name']}: ConfigMap {name!r} is not generated")
             files, mode = self.config_maps[name], v["configMap"].get("defaultMode", 0o644)
-        elif "emptyDir" not in v:
+        elif "emptyDir" in v:
+            limit = v["emptyDir"].get("sizeLimit")
+            if v["emptyDir"].get("medium") == "Memory":  # a tmpfs of the limit (node memory otherwise)
+                memory.append((folder, quantity_bytes(limit) if limit else 2**40, self.fs_group))
+                return folder
+            if limit:
+                self.limits[v["name"]] = quantity_bytes(limit)
+        else:
             raise PodFailure(f"volume {v['name']}: kind not handled by the runner: {sorted(v)}")
         for key, text in files.items():
             (folder / key).write_text(text)
@@ -205,13 +249,21 @@ class Pod:
             os.chmod(folder, 0o2775 if "emptyDir" in v else 0o2755)
         return folder
 
-    def env(self, c: dict) -> dict[str, str]:
+    def check_usage(self) -> None:
+        """PodFailure when a disk emptyDir holds more than its sizeLimit (the kubelet evicts the pod)."""
+        for name, limit in self.limits.items():
+            used = usage_bytes(self.sources[name])
+            if used > limit:
+                raise PodFailure(f"emptyDir {name} uses {used} bytes, over its sizeLimit {limit}: evicted")
+
+    def container_env(self, c: dict) -> dict[str, str]:
         env = {
             "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
             "HOME": "/home/lpx",
             "CUDA_VISIBLE_DEVICES": "",
             "NO_PROXY": "*",
             "LANG": "C.UTF-8",
+            **self.env,
         }
         for e in c.get("env", []):
             if "value" in e:
@@ -232,44 +284,30 @@ class Pod:
     def start(self, c: dict, command: list[str]) -> Running:
         """Run container `c` with `command` (its entrypoint + args, `lpx` already resolved)."""
         sc = {**self.spec.get("securityContext", {}), **c.get("securityContext", {})}
-        script = ["set -e"]
-        mounts = sorted(c.get("volumeMounts", []), key=lambda m: m["mountPath"] == "/tmp")  # /tmp last
-        # the checkout and its venv stand in for the image's installed LPX: when a mount covers them (CI's
-        # clone under /tmp, and the pod's /tmp volume), they are held aside first and bound back on top
-        covered = [m["mountPath"] for m in mounts if ROOT.is_relative_to(m["mountPath"])]
-        if covered:
-            HOLD.mkdir(parents=True, exist_ok=True)
-            script.append(f"mount --bind {shlex.quote(str(ROOT))} {shlex.quote(str(HOLD))}")
-        for m in mounts:
-            src, dst = self.sources[m["name"]], m["mountPath"]
-            Path(dst).mkdir(parents=True, exist_ok=True)
-            script.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)}")
-            if m.get("readOnly"):
-                script.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
-        if covered:
-            script.append(f"mkdir -p {shlex.quote(str(ROOT))}")
-            script.append(f"mount --bind {shlex.quote(str(HOLD))} {shlex.quote(str(ROOT))}")
-        user = ["setpriv", "--reuid", str(sc["runAsUser"]), "--regid", str(sc.get("runAsGroup", 0))]
-        user += ["--groups", str(self.fs_group)] if self.fs_group is not None else ["--clear-groups"]
-        # this machine's interpreter lives under /root (mode 700); in the image it is world-readable. Read
-        # and search only: writes still need the uid's own permissions, and read-only mounts stay EROFS.
-        user += ["--inh-caps", "+dac_read_search", "--ambient-caps", "+dac_read_search"]
-        if "runAsUser" not in sc:
-            user = []
-        env = [f"{k}={v}" for k, v in self.env(c).items()]
-        script.append("exec " + shlex.join([*user, "env", "-i", *env, *command]))
+        if any("subPath" in m for m in c.get("volumeMounts", [])):
+            raise PodFailure(f"{c['name']}: subPath mounts are not handled by the runner")
+        mounts = [
+            (self.sources[m["name"]], m["mountPath"], bool(m.get("readOnly")))
+            for m in c.get("volumeMounts", [])
+        ]
+        groups = self.spec.get("securityContext", {}).get("supplementalGroups", [])
+        try:
+            user = pod_container.user_args(sc, self.fs_group, groups)
+        except pod_container.ContainerFailure as exc:
+            raise PodFailure(f"{c['name']}: {exc}") from None
+        self.started += 1
+        base = self.work / "rootfs" / f"{c['name']}-{self.started}"
+        base.mkdir(parents=True)
+        layers = self.layers.get(c.get("image", ""), [])
+        script = pod_container.script(
+            base, layers, mounts, self.etc, sc, user, self.container_env(c), command, c.get("workingDir", "/")
+        )
         log = self.work / f"{c['name']}.log"
-        handle = open(log, "wb")
+        handle = open(log, "ab")
+        net = f"/proc/{self.net_pid}/ns"
         proc = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net=/proc/{self.holder.pid}/ns/net",
-                "unshare",
-                "--mount",
-                "sh",
-                "-c",
-                "\n".join(script),
-            ],
+            ["nsenter", f"--net={net}/net", f"--uts={net}/uts", f"--mount=/proc/{self.holder.pid}/ns/mnt"]
+            + ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -289,6 +327,7 @@ class Pod:
             raise PodFailure(f"{c['name']}: still running after {timeout:.0f} s:\n{r.tail()}") from None
         if r.proc.returncode != 0:
             raise PodFailure(f"{c['name']} exited {r.proc.returncode}:\n{r.tail()}")
+        self.check_usage()
         return r
 
     def wait_ready(self, c: dict, r: Running, timeout: float) -> float:
@@ -299,11 +338,12 @@ class Pod:
             raise PodFailure(f"container {c['name']} has no readiness probe")
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
+            self.check_usage()
             if r.proc.poll() is not None:
                 raise PodFailure(
                     f"container {c['name']} exited {r.proc.returncode} before ready:\n{r.tail()}"
                 )
-            if in_netns(self.holder.pid, lambda: probe_once(probe, ports)):
+            if in_netns(self.net_pid, lambda: probe_once(probe, ports)):
                 return time.monotonic() - t0
             time.sleep(0.5)
         raise PodFailure(
@@ -320,57 +360,13 @@ class Pod:
                     os.killpg(r.proc.pid, signal.SIGKILL)
                     r.proc.wait()
         self.running.clear()
-        if self.holder and self.holder.poll() is None:
-            os.killpg(self.holder.pid, signal.SIGKILL)
-            self.holder.wait()
+        if self.holder is not None and self.network is None and self.holder.poll() is None:
+            kill_namespace(self.holder.pid)  # what left the containers' process groups (sshd's sessions)
+        kill(self.holder)
 
     def cleanup(self) -> None:
         """Stop everything; the work folder (logs, volumes) stays for pytest's tmp_path to reap."""
         self.stop()
-
-
-def _lo_up() -> bool:
-    """Loopback carries a connection. Binding 127.0.0.1 is not enough: under gVisor (this machine's sandbox) the
-    bind succeeds before `ip link set lo up` has run, and a connect then fails with ENETUNREACH."""
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            s.listen(1)
-            socket.create_connection(s.getsockname(), timeout=2).close()
-        return True
-    except OSError:
-        return False
-
-
-class _FileServer(http.server.ThreadingHTTPServer):
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind looks the host up by reverse DNS (socket.getfqdn) between bind() and listen();
-        # inside a pod's network with no resolver that lookup is not wanted.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
-
-
-class _QuietFileHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def file_server(pid: int, folder: Path, port: int):
-    """Serve `folder` over HTTP at 127.0.0.1:port inside the network namespace of `pid`, from threads of this
-    process. The socket is made, bound and listening inside that namespace (a socket keeps the namespace it was
-    made in) before this yields, so there is no readiness to poll, and no second process that could land in
-    another namespace."""
-    handler = functools.partial(_QuietFileHandler, directory=str(folder))
-    server = in_netns(pid, lambda: _FileServer(("127.0.0.1", port), handler))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
 
 
 def resolve_command(c: dict, images: dict[str, list[str]]) -> list[str]:

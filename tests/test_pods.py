@@ -1,8 +1,10 @@
 """Every pod `lpx deploy` writes starts: its LPX containers run as the kubelet would run them
-(tests/pod_runner.py: the pod's network namespace, its volumes bind-mounted, read-only where the manifest
-says so, its uid, its env, no GPU) until their readiness probe passes; containers of upstream images
-(NVIDIA's Triton TensorRT-LLM image, Dynamo's runtime, sshd) get their command line checked against the
-program's known flags and the mounted layout.
+(tests/pod_runner.py: the pod's network namespace, its own read-only root filesystem, its volumes mounted,
+read-only where the manifest says so, its uid, no capabilities, its env, no GPU) until their readiness
+probe passes, or, for the engine pod's Triton, until it needs the GPU; containers of upstream images
+(NVIDIA's Triton TensorRT-LLM image, Dynamo's runtime) get their command line checked against the
+program's known flags and the mounted layout. The LeaderWorkerSet's sshd and mpirun run for real in
+tests/test_pods_mpi.py.
 
 Real parts: the demo's repository (quantize -> torch build -> repo) packed by scripts/ci/package.sh, one
 tritonserver per module (the torch pod's `lpx serve --repo /models`), the gateways in front of it. The
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -180,7 +183,7 @@ def test_torch_pod_becomes_ready(torch_pod) -> None:
     from pod_runner import in_netns, probe_once
 
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert in_netns(pod.holder.pid, lambda p=probe: probe_once(triton[p], ports)), probe
+        assert in_netns(pod.net_pid, lambda p=probe: probe_once(triton[p], ports)), probe
     run_gateway(pod, spec, lpx_images(cfg))
 
 
@@ -206,11 +209,38 @@ def test_engine_pod_gateway_becomes_ready_without_a_gpu(torch_pod, packed, tmp_p
         config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}, cfg.deploy.ssh_secret: SSH},
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
+        network=shared,  # the shared Triton lives in the torch pod's network
     )
-    pod.stop()  # its own network is not used: the shared Triton lives in the torch pod's
-    pod.holder = shared.holder
-    check_upstream_lpx(spec["containers"][0], pod.sources)
-    run_gateway(pod, spec, lpx_images(cfg))
+    try:
+        check_upstream_lpx(spec["containers"][0], pod.sources)
+        run_gateway(pod, spec, lpx_images(cfg))
+    finally:
+        pod.cleanup()
+
+
+def test_engine_pod_triton_runs_until_it_needs_a_gpu(packed, tmp_path) -> None:
+    """The engine pod's Triton container runs its real command line (`lpx serve --repo /models ...`) as the
+    kubelet would - read-only root, uid 1000, no capabilities, /models read-only - and gets as far as a
+    machine without a GPU can: it finds the sm90 repository in the mounted volume and stops at the GPU
+    check with its one-line message, not earlier on a path, a permission or a read-only file."""
+    cfg = config("engine", 2)
+    ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
+    triton = spec["containers"][0]
+    pod = Pod(
+        spec,
+        tmp_path / "pod",
+        config_maps=GENERATED_CONFIG_MAPS,
+        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
+        claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
+    )
+    try:
+        running = pod.start(triton, resolve_command(triton, lpx_images(cfg)))
+        with pytest.raises(PodFailure, match=r"exited 1 before ready(.|\n)*No NVIDIA GPU found") as failed:
+            pod.wait_ready(triton, running, timeout=120)
+    finally:
+        pod.stop()
+    assert "(sm90)" in str(failed.value) and "Traceback" not in str(failed.value)
+    assert not any(w in str(failed.value) for w in ("Read-only file system", "Permission denied"))
 
 
 def test_vllm_pod_gateway_becomes_ready(torch_pod, packed, tmp_path) -> None:
@@ -230,11 +260,13 @@ def test_vllm_pod_gateway_becomes_ready(torch_pod, packed, tmp_path) -> None:
         config_maps=GENERATED_CONFIG_MAPS,
         secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
         claims={cfg.deploy.repository.pvc or "lpx-models": packed["torch"]},
+        network=shared,  # the shared Triton lives in the torch pod's network
     )
-    pod.stop()  # the shared Triton lives in the torch pod's network
-    pod.holder = shared.holder
-    check_upstream_lpx(spec["containers"][0], pod.sources)
-    run_gateway(pod, spec, lpx_images(cfg))
+    try:
+        check_upstream_lpx(spec["containers"][0], pod.sources)
+        run_gateway(pod, spec, lpx_images(cfg))
+    finally:
+        pod.cleanup()
 
 
 def minimal_engine_repo(folder: Path, arch: str) -> Path:
@@ -282,7 +314,9 @@ def test_lws_worker_sshd_setup_runs_as_the_pod_would(tmp_path) -> None:
     """The worker's sshd setup runs as uid 1000 with the Secret mounted read-only and a read-only LPX image
     around it (everything it writes is in LPX_HOME): the host key and authorized keys are 0600 copies, the
     config uses only sshd_config keywords (contract) and forwards the container's environment; the exec'd
-    sshd command line uses only sshd's flags. sshd itself is in the image, not here."""
+    sshd command line uses only sshd's flags. The environment goes on one SetEnv line: sshd uses only the
+    first (the earlier one-line-per-variable setup left remote ranks with HOME alone). tests/test_pods_mpi.py
+    runs the real sshd and mpirun on it."""
     if os.geteuid() != 0:
         pytest.skip("the pod runner needs root (mount and network namespaces)")
     from pipeline.deploy import mpi
@@ -314,7 +348,8 @@ def test_lws_worker_sshd_setup_runs_as_the_pod_would(tmp_path) -> None:
     lines = (state / "sshd_config").read_text().splitlines()
     assert {ln.split()[0] for ln in lines} <= set(contract["config_keywords"]), lines
     assert f"Port {mpi.SSH_PORT}" in lines
-    env = {ln.split(None, 1)[1].split("=", 1)[0] for ln in lines if ln.startswith("SetEnv")}
+    (setenv,) = [shlex.split(ln)[1:] for ln in lines if ln.startswith("SetEnv")]
+    env = {item.split("=", 1)[0] for item in setenv}
     assert {"PATH", "LPX_HOME", "CUDA_VISIBLE_DEVICES"} <= env
 
 
@@ -342,7 +377,7 @@ def test_init_container_streams_the_tarball_into_its_volume(packed, tmp_path, go
     from pod_runner import file_server
 
     try:
-        with file_server(pod.holder.pid, packed["tarball"].parent, 8080):
+        with file_server(pod.net_pid, packed["tarball"].parent, 8080):
             if good:
                 pod.run(init, init["command"], timeout=120)
             else:

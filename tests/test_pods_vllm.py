@@ -73,7 +73,7 @@ def test_vllm_pod_serves_with_vllm(tmp_path, tiny_checkpoint) -> None:
         pod.wait_ready(triton, pod.start(triton, resolve_command(triton, lpx_images)), timeout=600)
         ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            assert in_netns(pod.holder.pid, lambda p=probe: probe_once(triton[p], ports)), probe
+            assert in_netns(pod.net_pid, lambda p=probe: probe_once(triton[p], ports)), probe
 
         def generate() -> dict:
             body = json.dumps({"text_input": "Hello", "max_tokens": 8}).encode()
@@ -82,7 +82,7 @@ def test_vllm_pod_serves_with_vllm(tmp_path, tiny_checkpoint) -> None:
             with urllib.request.urlopen(request, timeout=120) as r:
                 return json.loads(r.read())
 
-        out = in_netns(pod.holder.pid, generate)
+        out = in_netns(pod.net_pid, generate)
         assert out["num_output_tokens"] == 8 and out["text_output"], out
         assert (pod.sources["lpx-home"] / "vllm").is_dir()  # VLLM_CACHE_ROOT: the writable volume
         pod.wait_ready(gateway, pod.start(gateway, resolve_command(gateway, lpx_images)), timeout=120)
