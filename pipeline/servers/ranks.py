@@ -24,9 +24,6 @@ def find_mpirun() -> Path:
     return Path(found)
 
 
-SSH_PORT = 2222  # the workers' SSH server in a LeaderWorkerSet group (pipeline/deploy/k8s.py)
-
-
 def mpi_hosts(world_size: int, env: dict[str, str] | None = None) -> list[str]:
     """`-H` entries (host:slots) when the ranks span several machines, else []: LPX_MPI_HOSTS
     ("h1:8,h2:8") as given, or, in a LeaderWorkerSet pod, the group derived from what the controller
@@ -116,8 +113,11 @@ def mpi_command(
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     hosts = mpi_hosts(world_size)
-    if hosts:  # ranks on several machines (a LeaderWorkerSet group): started over SSH on SSH_PORT
-        cmd += ["-H", ",".join(hosts), "--mca", "plm_rsh_args", f"-p {SSH_PORT}"]
+    if hosts:  # ranks on several machines (a LeaderWorkerSet group), started over SSH
+        # No ssh options here: Open MPI takes a command-line MCA parameter over the environment, so a
+        # `--mca plm_rsh_args` would hide the pod's OMPI_MCA_plm_rsh_args (port, key, known_hosts;
+        # pipeline/deploy/mpi.py owns them) and ssh would try port 22 without the Secret's key.
+        cmd += ["-H", ",".join(hosts)]
     for rank in range(world_size):
         prefix = f"{shm_prefix}prefix{rank}_"
         cmd += ["-n", "1", str(binary)]
