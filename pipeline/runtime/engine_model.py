@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import trace
 from .engines.base import ENGINE_OPTIONS
+from .limits import input_refusal
 from .model_args import CancelWatch, eos_ids_in, model_params, triton_error
 from .request_inputs import given_inputs, guide_options, pb_utils, scalar, words
 from .tensors import LPX_TRTLLM, TRTLLM_IO
@@ -186,11 +187,8 @@ class GenerationModel:
                 f"input_lengths {length} does not fit the {len(ids)} input_ids sent - send the prompt's length"
             )
         limits = self.limits()
-        if limits.max_input_len and length > limits.max_input_len:
-            raise RequestError(
-                f"the prompt has {length} tokens, above the engine's max_input_len {limits.max_input_len} - "
-                "shorten it or rebuild with a larger build.max_input_len"
-            )
+        if refusal := input_refusal(int(length), limits):
+            raise RequestError(refusal.message)
         if "request_output_len" not in values:
             raise RequestError("request_output_len is missing - send the number of tokens to generate")
         check(values, limits, n_prompt=int(length))

@@ -16,15 +16,19 @@ logits outputs) is refused naming the input, the target and the fix - only when 
 input's default, so clients written for upstream's ensemble work unchanged.
 
 Each input is known under its ensemble / BLS name and its `tensorrt_llm` name (top_p and runtime_top_p);
-messages use the name the client sent. Pure Python: no Triton import, so tests call it directly.
+messages use the name the client sent. The length limits (max_input_len, max_seq_len, max_tokens_cap,
+min_tokens <= max_tokens) are checked by limits.py's functions, the ones the OpenAI gateway asks too, so
+each limit has one check and one message. Pure Python: no Triton import, so tests call it directly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from .limits import Limits, max_tokens_refusal, min_tokens_refusal
+from .limits import show as _show
 
 INT32_MAX = 2**31 - 1
 UINT64_MAX = 2**64 - 1
@@ -32,19 +36,6 @@ UINT64_MAX = 2**64 - 1
 
 class RequestError(ValueError):
     """A malformed or unsupported request: the models answer it as Triton's INVALID_ARG (HTTP 400)."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What the serving engine allows. 0 / None: not known here, so not checked."""
-
-    vocab_size: int | None = None
-    max_input_len: int = 0
-    max_seq_len: int = 0
-    max_tokens_cap: int = 0
-    max_beam_width: int = 0  # 0: not known here (the engine checks)
-    target: str = "torch"
-    supported: frozenset[str] = field(default_factory=frozenset)  # non-default values the target honours
 
 
 # tensorrt_llm input name -> the ensemble / BLS name of the same value (v0.16 names included)
@@ -200,10 +191,6 @@ def _range(sent: str, v: float, lo: float | None, hi: float | None, allowed: str
         raise RequestError(f"{sent} {_show(v)} is out of range: allowed {allowed} - {fix}")
 
 
-def _show(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else repr(v)
-
-
 def _token_id(sent: str, value: Any, limits: Limits) -> None:
     v = _finite(sent, value)
     top = (limits.vocab_size - 1) if limits.vocab_size else None
@@ -226,17 +213,8 @@ def check_max_tokens(sent: str, value: Any, limits: Limits, n_prompt: int | None
         )
     if v > INT32_MAX:
         raise RequestError(f"{sent} {_show(v)} is too large: at most {cap} (INT32) - ask for fewer tokens")
-    if limits.max_tokens_cap and v > limits.max_tokens_cap:
-        raise RequestError(
-            f"{sent} {_show(v)} is above this server's cap {limits.max_tokens_cap} - ask for fewer "
-            "tokens or raise serving.max_tokens_cap"
-        )
-    if n_prompt is not None and limits.max_seq_len and n_prompt + v > limits.max_seq_len:
-        raise RequestError(
-            f"the prompt's {n_prompt} tokens + {sent} {_show(v)} exceed the engine's max_seq_len "
-            f"{limits.max_seq_len} - ask for at most {max(limits.max_seq_len - n_prompt, 0)} tokens, "
-            "shorten the prompt, or rebuild with a larger build.max_seq_len"
-        )
+    if refusal := max_tokens_refusal(sent, v, limits, n_prompt):
+        raise RequestError(refusal.message)
     return int(v)
 
 
@@ -300,11 +278,8 @@ def _check_counts(get: Any, limits: Limits, max_tokens: int | None) -> None:
     if v is not None:
         m = _finite(sent, v)
         _range(sent, m, 0, INT32_MAX, ">= 0", "send 0 (no minimum) or a count up to max_tokens")
-        if max_tokens is not None and m > max_tokens:
-            raise RequestError(
-                f"{sent} {_show(m)} is above max_tokens {max_tokens}: the engine cannot generate more than "
-                "max_tokens - send min_tokens <= max_tokens"
-            )
+        if max_tokens is not None and (refusal := min_tokens_refusal(sent, m, max_tokens)):
+            raise RequestError(refusal.message)
     for canon in ("beam_width", "num_return_sequences"):
         sent, v = get(canon)
         if v is not None:
