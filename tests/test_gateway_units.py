@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from pipeline.gateway.api_keys import KeyRing, add_key, read_keys, revoke_key
 from pipeline.gateway.errors import ApiError
-from pipeline.gateway.generation import max_tokens_for
+from pipeline.gateway.plan import max_tokens_for
 from pipeline.gateway.text import StopText
 from pipeline.gateway.triton import ModelInfo
 
@@ -85,6 +85,47 @@ def test_lengths_follow_the_engine() -> None:
         max_tokens_for(600, 500, wide, "max_completion_tokens")
 
 
+@pytest.mark.parametrize(
+    ("n_prompt", "max_tokens", "min_tokens", "param", "code"),
+    [
+        (10, 513, 0, "max_tokens", None),  # above serving.max_tokens_cap
+        (1000, 100, 0, "max_tokens", "context_length_exceeded"),  # prompt + max_tokens above max_seq_len
+        (10, 4, 5, "min_tokens", None),  # min_tokens above max_tokens
+    ],
+)
+def test_a_limit_refuses_with_one_message_at_the_gateway_and_at_the_models(
+    n_prompt: int, max_tokens: int, min_tokens: int, param: str, code: str | None
+) -> None:
+    """Each length limit has one check and one message (pipeline/runtime/limits.py): the gateway's 400 and
+    the models' refusal of the same numbers (validate.check: what a direct Triton client gets) agree."""
+    from pipeline.gateway.plan import plan_one
+    from pipeline.gateway.schemas import CompletionRequest
+    from pipeline.runtime.validate import Limits, RequestError, check
+
+    info = ModelInfo({"min_tokens": "INT32"}, set(), 0, 1024, 512)
+    engine = Limits(max_seq_len=1024, max_tokens_cap=512, supported=frozenset({"min_tokens"}))
+    body = {"model": "m", "prompt": "hi", "max_tokens": max_tokens, "min_tokens": min_tokens or None}
+    with pytest.raises(ApiError) as gateway:
+        plan_one(CompletionRequest.model_validate(body), [1] * n_prompt, None, info)
+    with pytest.raises(RequestError) as models:
+        check({"max_tokens": max_tokens, "min_tokens": min_tokens}, engine, n_prompt=n_prompt)
+    assert gateway.value.message == str(models.value)
+    assert (gateway.value.status, gateway.value.param, gateway.value.code) == (400, param, code)
+
+
+def test_a_long_prompt_is_refused_before_its_max_tokens() -> None:
+    """max_input_len first (param: the prompt, or a chat's messages when it sent max_completion_tokens),
+    then a prompt that leaves no room below max_seq_len; both context_length_exceeded."""
+    info = ModelInfo({}, set(), 512, 1024, 512)
+    for sent, where in (("max_tokens", "prompt"), ("max_completion_tokens", "messages")):
+        with pytest.raises(ApiError, match="600 tokens, above the engine's max_input_len 512") as err:
+            max_tokens_for(10_000, 600, info, sent)
+        assert (err.value.param, err.value.code) == (where, "context_length_exceeded")
+    with pytest.raises(ApiError, match="leaving no room below the engine's max_seq_len 1024") as err:
+        max_tokens_for(None, 1024, ModelInfo({}, set(), 0, 1024, 512), "max_completion_tokens")
+    assert (err.value.param, err.value.code) == ("prompt", "context_length_exceeded")
+
+
 def _chat(**fields):
     from pipeline.gateway.schemas import ChatCompletionRequest
 
@@ -97,7 +138,7 @@ def test_choices_seeds_and_alternatives_are_planned_per_engine() -> None:
     """Alternatives go to an engine that declares LPX's top-k tensors and are refused naming the engine
     target's C++ backend otherwise; a negative seed is sent modulo 2**64; ignore_eos is min_tokens =
     max_tokens; completions default to 16 tokens within the room left."""
-    from pipeline.gateway.generation import plan_one
+    from pipeline.gateway.plan import plan_one
     from pipeline.gateway.triton import TOP_INPUT, TOP_OUTPUTS
 
     logprobs = ({"return_log_probs": "BOOL"}, {"output_log_probs"})
@@ -105,7 +146,7 @@ def test_choices_seeds_and_alternatives_are_planned_per_engine() -> None:
         inputs=dict(logprobs[0]), outputs=set(logprobs[1]), max_seq_len=1024, backend="tensorrtllm"
     )
     with pytest.raises(ApiError, match=r"C\+\+ backend\) returns only the sampled token") as info:
-        plan_one(_chat(logprobs=True, top_logprobs=3), [1, 2], None, None, "max_tokens", cxx)
+        plan_one(_chat(logprobs=True, top_logprobs=3), [1, 2], None, cxx)
     assert info.value.param == "top_logprobs"
     torch_like = ModelInfo(
         inputs={
@@ -120,18 +161,18 @@ def test_choices_seeds_and_alternatives_are_planned_per_engine() -> None:
         backend="python",
     )
     job = plan_one(
-        _chat(logprobs=True, top_logprobs=3, seed=-1, ignore_eos=True, temperature=1.0),
+        _chat(logprobs=True, top_logprobs=3, seed=-1, ignore_eos=True, temperature=1.0, max_tokens=7),
         [1, 2],
         None,
-        7,
-        "max_tokens",
         torch_like,
     )
-    assert job.values[TOP_INPUT] == 3 and job.values["seed"] == 2**64 - 1 and job.values["min_tokens"] == 7
-    assert plan_one(_chat(), [1] * 1015, None, None, "max_tokens", torch_like, 16).max_tokens == 9
-    assert plan_one(_chat(), [1, 2], None, None, "max_tokens", torch_like, 16).max_tokens == 16
+    inputs = job.inputs()
+    assert inputs[TOP_INPUT] == 3 and inputs["seed"] == 2**64 - 1 and inputs["min_tokens"] == 7
+    assert inputs["request_output_len"] == job.max_tokens == 7 and job.route == "chat"
+    assert plan_one(_chat(), [1] * 1015, None, torch_like, 16).max_tokens == 9
+    assert plan_one(_chat(), [1, 2], None, torch_like, 16).max_tokens == 16
     with pytest.raises(ApiError, match="not taken by the served model") as info:
-        plan_one(_chat(ignore_eos=True), [1, 2], None, 4, "max_tokens", cxx)
+        plan_one(_chat(ignore_eos=True, max_tokens=4), [1, 2], None, cxx)
     assert info.value.param == "ignore_eos"
 
 
@@ -200,11 +241,9 @@ def test_serving_openai_config(tmp_path) -> None:
     cfg = parse_config(data, base=tmp_path)
     assert cfg.serving.openai.enabled and cfg.serving.openai.port == 9000
     s = from_config(cfg, "127.0.0.1:8001", tmp_path / "tok")
-    assert (
-        s.host == "127.0.0.1"
-        and s.model_name == cfg.model.name
-        and s.max_tokens_cap == cfg.serving.max_tokens_cap
-    )
+    assert s.host == "127.0.0.1" and s.model_name == cfg.model.name
+    # the engine's limits reach the gateway by one road, the served repository's parameters (ModelInfo)
+    assert not {"max_tokens_cap", "max_seq_len", "max_input_len"} & set(type(s).model_fields)
     data["serving"]["openai"] = {
         "port": 70000,
         "api_keys_file": "keys.json",

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from .options import config_path_option
+
 
 @click.command("gateway")
 @click.option(
@@ -20,13 +22,8 @@ import click
     required=True,
     help="The packaged repository Triton serves (for the tokenizer, the model's name and limits).",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="lpx.yaml whose serving.openai settings the gateway runs with (default: that section's defaults).",
+@config_path_option(
+    "lpx.yaml whose serving.openai settings the gateway runs with (default: that section's defaults)."
 )
 @click.option("--variant", default=None, help="The variant, when the folder holds several.")
 @click.option("--model", "model_name", default=None, help="The model, when the folder holds several.")
@@ -81,5 +78,4 @@ def sidecar_settings(
         api_keys_file=keys_file,
         access_log=access_log
         or (str(cfg.serving.openai.access_log) if cfg.serving.openai.access_log else "-"),
-        **({} if config_path is not None else {"max_tokens_cap": 0}),  # 0: the repository's own limits
     )

@@ -11,7 +11,8 @@ gRPC (no preprocessing / postprocessing / ensemble hop), detokenizes and applies
   middleware.py  request id, body limit, API keys, access log and metrics per request
   body.py        the body before its model: media type, UTF-8, strict JSON
   schemas.py     the request bodies and what is refused
-  generation.py  one choice on the fast path: lengths, sampling inputs, the token stream as text
+  plan.py        a request as one plan per choice: lengths, sampling, guides, tools; every 400 decided
+  generation.py  one plan run: the engine's token stream as text, stop sequences, counts
   choices.py     the choices of one request (prompts x n) run together, merged, usage summed
   text.py        tokenizer, chat template, incremental detokenizer, stop sequences
   triton.py      the gRPC side: the model's interface, one streaming call per request, cancellation

@@ -31,9 +31,10 @@ from .errors import ApiError, TooLarge
 from .flow import collect_all, start_choices
 from .flow import finish as _finish
 from .flow import until_disconnect as _until_disconnect
-from .generation import Piece, end_ids
+from .generation import Piece
 from .metrics import AccessLog, Metrics
 from .middleware import Gate
+from .plan import end_ids
 from .ratelimit import RateLimits
 from .responses import DONE, Renderer
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -86,14 +87,10 @@ class Gateway:
         self.access.close()
 
     async def model_info(self):
+        """The served model's interface and limits (its repository's parameters: the limits' one road)."""
         s = self.settings
-        overrides = {
-            "max_input_len": s.max_input_len,
-            "max_seq_len": s.max_seq_len,
-            "max_tokens_cap": s.max_tokens_cap,
-        }
         try:
-            return await self.triton.info(overrides)
+            return await self.triton.info()
         except Exception as exc:
             raise ApiError(
                 503,
@@ -204,7 +201,7 @@ async def generate(
     rec = request.scope["state"]["lpx"]
     gen = await start_choices(gw, body, request)
     render = Renderer(chat, rec["request_id"], gw.settings.model_name, gw.codec, body.include_usage)
-    render.tools = {g.plan.index: g.plan.tools for g in gen.gens if g.plan.tools is not None}
+    render.tools = {g.plan.index: g.tools for g in gen.gens if g.tools is not None}
     pieces = gen.pieces()
     if not body.stream:
         collected = await collect_all(gw, gen, rec, pieces, request)

@@ -1,5 +1,5 @@
 """The choices of one request: a list of prompts and / or n > 1 is one engine request per choice
-(generation.plans), run concurrently; their pieces come out merged as they are produced, each tagged with
+(plan.plans), run concurrently; their pieces come out merged as they are produced, each tagged with
 its choice's index, and a marker piece (`finish` set, no text) ends each choice, so a stream interleaves
 the choices by index as OpenAI's does. Usage adds up: prompt tokens once per prompt, completion tokens of
 every choice. Completions' echo is the first piece of its choice.

@@ -11,7 +11,8 @@ from typing import Any
 from fastapi import Request
 
 from .choices import Choices
-from .generation import Generation, Piece, plans
+from .generation import Generation, Piece
+from .plan import plans
 from .schemas import model_mismatch
 
 

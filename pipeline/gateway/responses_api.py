@@ -1,7 +1,7 @@
 """POST /v1/responses: OpenAI's Responses API for text, stateless (store is not kept).
 
 The request becomes a chat completion (instructions as the system message, `input` as a string or as
-messages with input_text / output_text parts) and runs on the same path (generation.plans, choices.py);
+messages with input_text / output_text parts) and runs on the same path (plan.plans, choices.py);
 the answer is a `response` object with one assistant message of one output_text part. A stream sends
 the Responses events OpenAI's SDK reads (`response.created`, `response.in_progress`,
 `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`...,

@@ -139,16 +139,9 @@ class Sampling(Body):
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream: true", "stream_options")
 
-    def min_tokens_for(self, max_tokens: int) -> int:
-        """The engine's min_tokens: ignore_eos runs to max_tokens (the end ids cannot be chosen before)."""
-        if self.ignore_eos:
-            return max_tokens
-        if self.min_tokens and self.min_tokens > max_tokens:
-            raise bad_request(
-                f"min_tokens = {self.min_tokens} is above max_tokens {max_tokens} - send at most max_tokens",
-                "min_tokens",
-            )
-        return self.min_tokens or 0
+    def sent_max_tokens(self) -> tuple[str, int | None]:
+        """(the parameter's name, the max_tokens it asks for; None: not sent)."""
+        return "max_tokens", self.max_tokens
 
     @property
     def include_usage(self) -> bool:
@@ -282,8 +275,10 @@ class ChatCompletionRequest(Sampling):
                     "max_completion_tokens",
                 )
 
-    def asked_tokens(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+    def sent_max_tokens(self) -> tuple[str, int | None]:
+        if self.max_completion_tokens is not None:
+            return "max_completion_tokens", self.max_completion_tokens
+        return "max_tokens", self.max_tokens
 
 
 def model_mismatch(asked: str, served: str) -> ApiError:

@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from ..artifacts import home
 from ..config import Config, OpenAIGateway
 from . import api_keys
@@ -28,10 +26,8 @@ class GatewaySettings(OpenAIGateway):
     # where the served model is
     triton_url: str  # Triton's gRPC host:port
     tokenizer: Path  # the served model's tokenizer folder (<repo>/preprocessing/1/tokenizer)
-    # the engine's limits; 0: read from the served repository's model parameters
-    max_input_len: int = Field(0, ge=0)
-    max_seq_len: int = Field(0, ge=0)
-    max_tokens_cap: int = Field(0, ge=0)
+    # (the engine's limits are not settings: the gateway reads them from the served repository's model
+    # parameters, which serving.max_tokens_cap and the build's lengths shape - the ones the engine enforces)
 
 
 def from_config(
@@ -50,7 +46,6 @@ def from_config(
         access_log=str(g.access_log or home() / "logs" / "gateway-access.log"),
         triton_url=triton_url,
         tokenizer=Path(tokenizer),
-        max_tokens_cap=cfg.serving.max_tokens_cap,
     )
     if port is not None:
         data["port"] = port

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import trace
+from ..runtime.limits import Limits
 
 ENGINE = "tensorrt_llm"
 PACK = {"INT32": "<i", "FP32": "<f", "UINT64": "<Q", "INT64": "<q", "BOOL": "<?"}
@@ -69,6 +70,13 @@ class ModelInfo:
     max_tokens_cap: int = 0
     params: dict[str, dict[str, str]] = field(default_factory=dict)
     backend: str = ""  # the model config's backend ("python": LPX's torch / llmapi models)
+
+    @property
+    def limits(self) -> Limits:
+        """The limits as the checks take them (pipeline/runtime/limits.py)."""
+        return Limits(
+            max_input_len=self.max_input_len, max_seq_len=self.max_seq_len, max_tokens_cap=self.max_tokens_cap
+        )
 
     @property
     def log_probs(self) -> bool:
@@ -161,9 +169,10 @@ class Triton:
             return False, f"Triton at {self.url} does not answer ({_first_line(exc)})"
         return True, ""
 
-    async def info(self, overrides: dict[str, int] | None = None) -> ModelInfo:
+    async def info(self) -> ModelInfo:
         """The model's declared tensors and limits (read once; the limits from LPX's repository parameters:
-        preprocessing's max_input_len / max_seq_len / max_tokens_cap, else tensorrt_llm's)."""
+        preprocessing's max_input_len / max_seq_len / max_tokens_cap, else tensorrt_llm's - the one place
+        the gateway's limits come from, the ones the engine enforces)."""
         if self._info is not None:
             return self._info
         async with self._lock:
@@ -188,11 +197,6 @@ class Triton:
                     params=params,
                     backend=str(config.get("backend") or ""),
                 )
-                for key, value in (overrides or {}).items():
-                    # the gateway's own limits may only lower the engine's: it cannot serve past them
-                    if value:
-                        current = getattr(info, key)
-                        setattr(info, key, min(int(value), current) if current else int(value))
                 self._info = info
         return self._info
 
