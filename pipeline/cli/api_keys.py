@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from .options import config_path_option
+
 file_option = click.option(
     "--file",
     "keys_file",
@@ -16,9 +18,7 @@ file_option = click.option(
     help="The keys file (default: serving.openai.api_keys_file of -c / $LPX_CONFIG / ./lpx.yaml, "
     "else $LPX_HOME/gateway/keys.json).",
 )
-config_file_option = click.option(
-    "-c", "--config", "config_path", type=click.Path(path_type=Path), default=None, help="lpx.yaml to read."
-)
+config_file_option = config_path_option("lpx.yaml to read.")
 
 
 def keys_path(keys_file: Path | None, config_path: Path | None) -> Path:

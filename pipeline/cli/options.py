@@ -6,13 +6,26 @@ from pathlib import Path
 
 import click
 
-config_option = click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="lpx.yaml to use (default: $LPX_CONFIG, ./lpx.yaml, else the built-in demo).",
-)
+CONFIG_HELP = "lpx.yaml to use (default: $LPX_CONFIG, ./lpx.yaml, else the built-in demo)."
+
+
+def config_path_option(help: str = CONFIG_HELP, multiple: bool = False, required: bool = False):
+    """-c / --config, declared once for every command: an lpx.yaml path passed as `config_path` (None when
+    not given; how a command resolves that is its own, said in `help`), or as `config_paths` (a tuple) when
+    repeatable."""
+    return click.option(
+        "-c",
+        "--config",
+        "config_paths" if multiple else "config_path",
+        type=click.Path(path_type=Path),
+        default=None,
+        multiple=multiple,
+        required=required,
+        help=help,
+    )
+
+
+config_option = config_path_option()  # the commands that resolve it as `lpx run` does
 variant_option = click.option(
     "--variant", "variants", multiple=True, help="Only these variants (repeatable)."
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .options import config_option
+from .options import config_option, config_path_option
 
 
 @click.command()
@@ -221,14 +221,10 @@ def artifacts_path(stage, model, variant, arch) -> None:
 
 
 @artifacts.command(name="gc")
-@click.option(
-    "-c",
-    "--config",
-    "config_paths",
+@config_path_option(
+    "An lpx.yaml whose artifacts to keep (repeatable: pass every config that shares LPX_HOME).",
     multiple=True,
     required=True,
-    type=click.Path(path_type=Path),
-    help="An lpx.yaml whose artifacts to keep (repeatable: pass every config that shares LPX_HOME).",
 )
 @click.option("--yes", is_flag=True, help="Delete; without it nothing is removed (a dry run).")
 def artifacts_gc(config_paths, yes) -> None:

@@ -9,7 +9,14 @@ import click
 
 from ..facts.models import PRESETS
 from ..facts.trtllm import BUILD_LINES, LINES
-from .options import config_option, dataset_field_option, dataset_option, slo_option, variant_option
+from .options import (
+    config_option,
+    config_path_option,
+    dataset_field_option,
+    dataset_option,
+    slo_option,
+    variant_option,
+)
 
 
 @click.command("bench")
@@ -19,13 +26,8 @@ from .options import config_option, dataset_field_option, dataset_option, slo_op
     help="HOST:PORT of Triton's gRPC (or HTTP with --protocol http) endpoint. "
     "Without it, -c/--variant: LPX runs the stages, starts the server, measures and stops it.",
 )
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="lpx.yaml whose variant to serve and measure (default as 'lpx run': $LPX_CONFIG, ./lpx.yaml, demo).",
+@config_path_option(
+    "lpx.yaml whose variant to serve and measure (default as 'lpx run': $LPX_CONFIG, ./lpx.yaml, demo)."
 )
 @click.option(
     "--model",
@@ -261,13 +263,7 @@ def doctor(target: str, as_json: bool) -> None:
 
 
 @click.command("matrix")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="lpx.yaml to use (default: ./lpx.yaml).",
-)
+@config_path_option("lpx.yaml to use (default: ./lpx.yaml).")
 @click.option(
     "--format",
     "fmt",
