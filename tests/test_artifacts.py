@@ -90,7 +90,14 @@ def _private_commit(store, key):
         (tmp / "hf").mkdir(mode=0o700)
         (tmp / "hf" / "model.safetensors").write_bytes(b"w")
         os.chmod(tmp / "hf" / "model.safetensors", 0o600)
-        meta = {"stage": "quantize", "model": "m", "variant": "v", "arch": "any", "created": 1.0, "inputs": {}}
+        meta = {
+            "stage": "quantize",
+            "model": "m",
+            "variant": "v",
+            "arch": "any",
+            "created": 1.0,
+            "inputs": {},
+        }
         return store.commit(tmp, slot / key, meta)
 
 

@@ -40,7 +40,9 @@ def test_the_exchange_is_one_step_where_the_kernel_has_it(tmp_path: Path) -> Non
     assert os.listdir(a) == ["B"] and os.listdir(b) == ["A"]
 
 
-def test_the_old_folder_comes_back_when_the_new_one_cannot_take_its_place(tmp_path: Path, monkeypatch) -> None:
+def test_the_old_folder_comes_back_when_the_new_one_cannot_take_its_place(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
     new, dest, aside = folder(tmp_path / "new", "new"), folder(tmp_path / "dest", "old"), tmp_path / ".aside"
     real = os.rename
