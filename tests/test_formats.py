@@ -72,10 +72,6 @@ def test_every_format_and_kv_cache_is_one_record() -> None:
         (dict(fmt="fp8", kv_cache="fp8", sm=80), "format 'fp8' needs sm89 or newer"),
         (dict(fmt="int4_awq", kv_cache="fp8", sm=80), "kv_cache 'fp8' needs sm89 or newer"),
         (
-            dict(fmt="nvfp4", sm=100, line="0.16", loads=True),
-            "format 'nvfp4' (NVFP4) is not known to TensorRT-LLM 0.16",
-        ),
-        (
             dict(fmt="nvfp4", target="torch", gpu=False),
             "format 'nvfp4' is simulated by ModelOpt on CUDA only",
         ),
@@ -95,14 +91,25 @@ def test_refusal_names_the_fact(kwargs, reason) -> None:
     "kwargs",
     [
         dict(fmt="nvfp4", sm=100),
-        dict(fmt="nvfp4", sm=100, line="1.2", loads=True),
         dict(
             fmt="nvfp4", sm=100, line="0.16"
         ),  # the config's question: the line's checkpoints are the build's
         dict(fmt="fp8", target="torch", gpu=False),
         dict(fmt="none", target="vllm", gpu=False),
-        dict(fmt="fp8", kv_cache="int8", target="engine", line="1.2", sm=90, loads=True),
+        dict(fmt="fp8", kv_cache="int8", target="engine", line="1.2", sm=90),
     ],
 )
 def test_refusal_lets_through_what_runs(kwargs) -> None:
     assert formats.refusal(**kwargs) is None
+
+
+def test_unknown_algo_is_the_lines_question() -> None:
+    """What a TensorRT-LLM line's checkpoints hold: the build stage and `lpx matrix` ask it, the config not."""
+    assert (
+        formats.unknown_algo("nvfp4", "none", "0.16")
+        == "format 'nvfp4' (NVFP4) is not known to TensorRT-LLM 0.16"
+    )
+    assert formats.unknown_algo("nvfp4", "fp8", "1.2") is None
+    assert (
+        formats.unknown_algo("fp8", "int8", "1.2") is None
+    )  # TensorRT-LLM's checkpoint holds an INT8 KV cache

@@ -20,10 +20,8 @@ from typing import Any
 
 from ..config import Config, Variant
 from ..errors import LpxError
-from ..facts.formats import FORMATS, refusal, sm_number
+from ..facts.formats import FORMATS, LINE_TARGETS, refusal, sm_number
 from .options import BenchOptions
-
-TRTLLM_TARGETS = ("engine", "llmapi")
 
 
 def trtllm_present() -> bool:
@@ -45,7 +43,7 @@ def where_not(cfg: Config, variant: Variant, gpu: Any = "detect") -> str | None:
         gpu = detect_gpu()
     target = cfg.target_of(variant)
     fmt, kv = variant.quantization.format, variant.quantization.kv_cache
-    if target in TRTLLM_TARGETS:
+    if target in LINE_TARGETS:
         missing = [
             m
             for m, ok in (("no NVIDIA GPU", gpu is not None), ("no tensorrt_llm", trtllm_present()))

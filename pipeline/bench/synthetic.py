@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..facts.formats import FORMATS
 from ..facts.models import DEMO_SHAPE, PUBLISHED, shape_of
 
 _8B = PUBLISHED["llama-3.1-8b"]
@@ -18,7 +19,7 @@ SHAPES = {  # TinyLlama-1.1B's and Llama-3.1-8B's published shapes; 'tiny' (the 
     },
     "tiny": DEMO_SHAPE,
 }
-ALL_FORMATS = ["none", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "nvfp4"]
+ALL_FORMATS = list(FORMATS)
 
 
 def write_model(dest: Path, shape: str) -> Path:

@@ -65,7 +65,7 @@ __all__ = [  # the names other packages import from pipeline.config
 FORMATS = tuple(formats.FORMATS)
 KV_CACHE = tuple(formats.KV_CACHES)
 EXPORTS = ("trtllm", "hf", "state")
-TARGETS = ("engine", "llmapi", "torch", "vllm")
+TARGETS = formats.TARGETS
 TRTLLM_VERSIONS = trtllm.BUILD_LINES
 ARCH_RE = r"^sm[0-9]{2,3}[a-z]?$"
 

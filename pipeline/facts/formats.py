@@ -99,7 +99,6 @@ def refusal(
     target: str | None = None,
     line: str | None = None,
     sm: int | None = None,
-    loads: bool = False,
     gpu: bool = True,
 ) -> str | None:
     """Why this format and KV-cache type cannot run where the keywords say, or None when they can. Asked
@@ -109,8 +108,6 @@ def refusal(
     - `target` (with its TensorRT-LLM `line` for engine / llmapi): the target builds for the line and serves
       the format;
     - `sm`: the GPU architecture runs the format and the KV-cache type;
-    - `loads` with `line`: TensorRT-LLM `line`'s checkpoints know both QuantAlgo names (the build stage and
-      `lpx matrix` ask; the config does not, so that the matrix lists such cells as excluded);
     - `gpu=False` with `target`: the target serves the format on a machine without a GPU.
     The reason names the fact ("format 'nvfp4' needs sm100 or newer"); callers add where it was asked."""
     f, kv = FORMATS[fmt], KV_CACHES[kv_cache]
@@ -126,17 +123,17 @@ def refusal(
             ),
             None,
         )
-    if why is None and loads and line is not None and target in (None, *LINE_TARGETS):
-        why = unknown_algo(f, kv, line)
     if why is None and not gpu and target is not None:
         why = _cpu_refusal(f, target)
     return why
 
 
-def unknown_algo(f: Format, kv: KvCache, line: str) -> str | None:
-    """Why TensorRT-LLM `line` cannot load this format / KV-cache type, or None."""
+def unknown_algo(fmt: str, kv_cache: str, line: str) -> str | None:
+    """Why TensorRT-LLM `line`'s checkpoints cannot hold this format / KV-cache type, or None: asked by the
+    build stage and `lpx matrix`, not by the config, so that the matrix lists such cells as excluded."""
     from .trtllm import LINES
 
+    f, kv = FORMATS[fmt], KV_CACHES[kv_cache]
     for algo, what in ((f.quant_algo, f"format '{f.name}'"), (kv.quant_algo, f"kv_cache '{kv.name}'")):
         if algo and algo not in LINES[line].quant_algos:
             return f"{what} ({algo}) is not known to TensorRT-LLM {line}"
@@ -172,6 +169,4 @@ def _cpu_refusal(f: Format, target: str) -> str | None:
         return f"format '{f.name}' is simulated by ModelOpt on CUDA only"
     if target == "vllm" and not f.vllm_cpu:
         return f"vLLM's CPU platform has no {f.name} kernels"
-    if target in LINE_TARGETS:
-        return "TensorRT-LLM needs a GPU"
     return None

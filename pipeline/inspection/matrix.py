@@ -20,12 +20,12 @@ from pathlib import Path
 
 from ..config import Config, load_config
 from ..errors import UsageError
-from ..facts.formats import refusal, sm_number
+from ..facts.formats import refusal, sm_number, unknown_algo
 
 
 def _reason(fmt: str, kv: str, arch: str, version: str) -> str | None:
     """Why this format / KV-cache type cannot be built for this arch, or None."""
-    return refusal(fmt, kv, sm=sm_number(arch), line=version, loads=True)
+    return refusal(fmt, kv, sm=sm_number(arch)) or unknown_algo(fmt, kv, version)
 
 
 def _cells(cfg: Config) -> list[tuple[dict, str | None]]:

@@ -24,7 +24,7 @@ from ...cache_keys import code_fingerprint
 from ...config import Variant, serving_refusal
 from ...errors import LpxError, UsageError
 from ...facts import trtllm
-from ...facts.formats import refusal, sm_number
+from ...facts.formats import LINE_TARGETS, refusal, sm_number, unknown_algo
 from ..context import ANY_ARCH, Context
 from ..quantize.model_io import STATE_FILE
 from . import engine_target, llmapi, torch_target, vllm_target
@@ -57,8 +57,6 @@ def check(ctx: Context, variant: Variant) -> None:
     why = serving_refusal(b, variant)  # the config refused it already; a config built in code is checked here
     if why:
         raise UsageError(f"{where}: {why}")
-    if b.target == "vllm":
-        vllm_target.check(ctx.cfg, variant)
     for arch in b.archs:
         why = refusal(q.format, q.kv_cache, sm=sm_number(arch))
         if why:
@@ -66,7 +64,7 @@ def check(ctx: Context, variant: Variant) -> None:
                 f"{where}: {why}, but build.archs lists {arch} - "
                 f"drop {arch} from build.archs or choose another format for it"
             )
-    why = refusal(q.format, q.kv_cache, target=b.target, line=b.trtllm_version, loads=True)
+    why = unknown_algo(q.format, q.kv_cache, b.trtllm_version) if b.target in LINE_TARGETS else None
     if why:
         raise UsageError(
             f"{where}: {why} - set build.trtllm_version: {trtllm.default_line(b.target)} or choose another format"

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...config import Config
 from ...errors import LpxError, UsageError
 from ...facts import trtllm
-from ...facts.formats import FORMATS, refusal
+from ...facts.formats import FORMATS, unknown_algo
 from .torch_target import TOKENS_PER_BLOCK
 
 SMALL_BATCH_FP8_GEMM = 4  # upstream: the FP8 GEMM plugin helps small batches (<= 4), hurts larger ones
@@ -119,7 +119,7 @@ def _validate(cfg: Config, variant_format: str, checkpoint_dir: Path, version: s
     if why:
         raise UsageError(why)
     algo = FORMATS[variant_format].quant_algo
-    why = refusal(variant_format, line=version, loads=True)
+    why = unknown_algo(variant_format, "none", version)
     if why:
         raise UsageError(f"{why} - set build.trtllm_version: {trtllm.newest_with(algo)}")
     if b.max_input_len > b.max_seq_len:

@@ -20,22 +20,14 @@ from pathlib import Path
 
 from ...artifacts import link_tree
 from ...config import Config, Variant
-from ...errors import LpxError, UsageError
-from ...facts.formats import FORMATS, KV_CACHES, refusal
+from ...errors import LpxError
+from ...facts.formats import FORMATS, KV_CACHES
 from ...runtime.engines.vllm_engine import MODEL_FILE
 
 CHECKPOINT_DIR = "checkpoint"
 VLLM_VERSION = "0.32.0"
 GPU_MEMORY_UTILIZATION = 0.9  # the share of GPU memory vLLM takes (weights + KV cache), as llmapi's 0.9
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-def check(cfg: Config, variant: Variant) -> None:
-    """Before any work: a format or KV cache vLLM cannot serve (vLLM's ModelOpt loader reads FP8 and NVFP4
-    unified checkpoints through hf_quant_config.json; no INT4-AWQ, W4A8-AWQ or INT8-SQ loader exists)."""
-    why = refusal(variant.quantization.format, variant.quantization.kv_cache, target="vllm")
-    if why:
-        raise UsageError(f"variant '{variant.name}': {why}")
 
 
 def kv_bytes(cfg: Config, variant: Variant, model_config: dict) -> int:
