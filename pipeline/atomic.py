@@ -33,9 +33,10 @@ def replace_folder(new: Path, dest: Path, aside: Path) -> None:
     """Put the complete folder `new` at `dest`; the old `dest`, if any, is removed after, never before. Where
     the filesystem can (renameat2's exchange: ext4, xfs, btrfs, tmpfs), the two change places in one step, so
     a reader or a run killed at any point finds the old folder or the new one at `dest`, never half of one.
-    Elsewhere the old folder moves to `aside` (a name the caller's sweep of killed runs knows), the new one
-    takes its place, and the old one goes back if it cannot; a run killed between those two renames leaves
-    no `dest` and the old folder at `aside`. `new` is gone when this returns."""
+    Elsewhere the old folder moves to `aside` (a hidden sibling; the artifact store's and the examples' sweeps
+    remove those a killed run left), the new one takes its place, and the old one goes back if it cannot; a
+    run killed between those two renames leaves no `dest` and the old folder at `aside`. `new` is gone when
+    this returns."""
     new, dest, aside = Path(new), Path(dest), Path(aside)
     if not dest.exists():
         os.rename(new, dest)

@@ -87,7 +87,10 @@ def k8s(config_path: Path | None, variant: str, registry: str | None, out: Path)
     from ..deploy import k8s as k8s_objects
     from ..deploy import mpi
 
-    if k8s_objects.is_lws(cfg):  # the LeaderWorkerSet's pods mount the SSH Secret (docs/deploy.md)
+    chosen = cfg.for_variant(
+        cfg.variant(_variant(cfg, variant))
+    )  # as deploy_k8s decides: the variant's target
+    if k8s_objects.is_lws(chosen):  # the LeaderWorkerSet's pods mount the SSH Secret (docs/deploy.md)
         click.echo(
             f"  (and the ranks' SSH keys: {mpi.secret_command(cfg.deploy.namespace, cfg.deploy.ssh_secret)})"
         )

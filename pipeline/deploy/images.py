@@ -115,17 +115,12 @@ def engine_line_refusal(cfg: Config) -> tuple[str | None, str | None]:
     have = facts.release_line(release)
     if have == want:
         return None, None
-    rebuild = facts.line_containers(want)
-    fix = (
-        f"build deploy.image with docker build --build-arg BASE_IMAGE={rebuild[0]} and set deploy.image_base: "
-        f"{rebuild[0]}, or "
-        if rebuild
-        else ""
-    )
+    rebuild = LINES[want].container  # the one answer to "which image ships this line" (its warning's too)
     return (
         f"the engine is built for TensorRT-LLM {want} (build.trtllm_version) but deploy.image_base {base}, the "
-        f"image deploy.image is built on, ships TensorRT-LLM {release}, which cannot load it - {fix}set "
-        f"build.trtllm_version: '{have}' and rebuild the engine",
+        f"image deploy.image is built on, ships TensorRT-LLM {release}, which cannot load it - build "
+        f"deploy.image with docker build --build-arg BASE_IMAGE={rebuild} and set deploy.image_base: {rebuild}, "
+        f"or set build.trtllm_version: '{have}' and rebuild the engine",
         None,
     )
 

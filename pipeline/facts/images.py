@@ -65,12 +65,3 @@ def dynamo_release(image: str) -> str | None:
     """The engine release (TensorRT-LLM or vLLM) of a Dynamo runtime image, or None when unknown."""
     m = _DYNAMO.match(image)
     return DYNAMO_RUNTIME.get(m.group(2), {}).get(m.group(1)) if m else None
-
-
-def line_containers(line: str) -> list[str]:
-    """The Triton images that ship TensorRT-LLM `line`, newest first."""
-    return [
-        f"{TRITON_REPO}:{tag}-trtllm-python-py3"
-        for tag, rel in TRITON_TRTLLM.items()
-        if release_line(rel) == line
-    ]
