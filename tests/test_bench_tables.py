@@ -195,3 +195,16 @@ def test_a_script_prints_one_line_for_bad_input(capsys):
     assert capsys.readouterr().err == "--pin x: give CPU numbers, e.g. 1 or 1-3 or 0,2\n"
     assert run_script(lambda args: None, argparse.Namespace()) == 0
     assert run_script(lambda args: 1, argparse.Namespace()) == 1
+
+
+def test_level_lists_are_parsed_once_with_a_one_line_error() -> None:
+    """Every bench's --concurrency / --levels goes through options.parse_levels: '1,x' was a ValueError
+    traceback in the scripts that split the list themselves."""
+    from pipeline.bench.options import parse_levels
+    from pipeline.errors import LpxError
+
+    assert parse_levels("1, 4,16") == [1, 4, 16]
+    with pytest.raises(LpxError, match=r"Bad --levels '1,x' - use a comma list"):
+        parse_levels("1,x", "--levels")
+    with pytest.raises(LpxError, match=r"Bad --concurrency '0' - every level must be >= 1"):
+        parse_levels("0")

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..progress import quiet_libraries
     from . import roofline
-    from .sweep import parse_levels
+    from .options import parse_levels
     from .synthetic import SHAPES, write_model
 
     quiet_libraries()

@@ -17,6 +17,7 @@ import numpy as np
 
 from .gateway_bench import MODEL, TOY_IDS, start_gateway
 from .gateway_clients import GatewayPath, TritonPath, gather_limited
+from .options import parse_levels
 
 WARMUP = 30  # rounds left out of the TTFT figures
 
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             for name, checkout in (("A", args.a), ("B", args.b))
         }
         try:
-            levels = [int(x) for x in args.concurrency.split(",") if x]
+            levels = parse_levels(args.concurrency)
             asyncio.run(compare(srv.grpc_url, gws, args.rounds, levels))
         finally:
             for gw in gws.values():

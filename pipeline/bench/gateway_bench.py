@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .gateway_clients import GatewayPath, TritonPath, gather_limited, http_floor, show, table, ttfts
+from .options import parse_levels
 
 PROMPT = "Bread is made from flour, water and salt, and"
 MODEL = "bench"
@@ -247,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         f"\nreference: a bare uvicorn SSE endpoint (no work) answers its first event in {floor['ttft_p50_ms']:.3f} ms "
         f"p50, {floor['ttft_p90_ms']:.3f} ms p90 to the same client"
     )
-    levels = [int(x) for x in args.concurrency.split(",") if x]
+    levels = parse_levels(args.concurrency)
     report["toy"] = part_b(work, args.rounds, args.warmup, levels, args.stream_tokens, args.per_level)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -84,13 +84,14 @@ class BenchOptions:
         _ = (self.levels, self.vocab_range, self.slo_ms)
 
 
-def parse_levels(text: str) -> list[int]:
+def parse_levels(text: str, flag: str = "--concurrency") -> list[int]:
+    """A comma list of concurrency levels ("1,4,16"); an LpxError naming `flag` and the fix otherwise."""
     try:
         levels = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise LpxError(f"Bad --concurrency {text!r} - use a comma list such as 1,4,16,64") from None
+        raise LpxError(f"Bad {flag} {text!r} - use a comma list such as 1,4,16,64") from None
     if not levels or min(levels) < 1:
-        raise LpxError(f"Bad --concurrency {text!r} - every level must be >= 1")
+        raise LpxError(f"Bad {flag} {text!r} - every level must be >= 1")
     return levels
 
 

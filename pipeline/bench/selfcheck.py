@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .load import Record
+from .options import parse_levels
 
 HEAD = (
     "| conc | reqs | failed | TTFT client | TTFT truth | diff | ITL client | ITL truth | diff "
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             )
             print(HEAD)
             print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-            for level in (int(x) for x in args.levels.split(",")):
+            for level in parse_levels(args.levels, "--levels"):
                 ok &= check_level(spec, level, args)
     print("self-check passed" if ok else "self-check FAILED")
     return 0 if ok else 1

@@ -15,7 +15,7 @@ from . import report, roofline
 from .compare import parse_variant
 from .load import LoadSpec, Run, run_closed, run_open
 from .metrics import summarize
-from .options import BenchOptions, parse_levels  # noqa: F401 (parse_levels: pipeline/bench/engine_bench.py)
+from .options import BenchOptions
 from .served import as_served, openai_target, served_variant
 from .target import declare, output_notes, requests_of
 

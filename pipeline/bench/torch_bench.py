@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
+from .options import parse_levels
 
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..progress import quiet_libraries
 
     quiet_libraries()
-    levels = [int(c) for c in args.concurrency.split(",")]
+    levels = parse_levels(args.concurrency)
     modes = [m.strip() for m in args.fast.split(",")]
     if any(m not in ("on", "off") for m in modes):
         raise UsageError("--fast takes on, off or on,off")

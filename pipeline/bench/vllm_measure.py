@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import StageFailed
+from .options import parse_levels
 from .server_metrics import mean_ms, vllm_histograms
 from .trace_join import request_path, timeline, trace_table
 from .vllm_servers import LPX, served_model
@@ -68,7 +69,7 @@ def vllm_own_path(url: str, levels: str, prompt: str, n: int = 0) -> str:
     its engine (means of the /metrics histograms over each level: its front end's TTFT, from the request's
     arrival in its API server to the first token's output there; queue and prefill times in its engine
     core), so the front end's share of TTFT is the difference."""
-    wanted = [int(x) for x in levels.split(",")]
+    wanted = parse_levels(levels, "--levels")
     traced_requests(url, 1, 2, prompt, 8)  # warm-up
     columns = []
     for c in wanted:
@@ -104,7 +105,7 @@ def trace_run(url: str, folder: Path, levels: str, prompt: str, n: int = 0) -> s
     from .. import trace
 
     spent, path = {}, {}
-    wanted = [int(x) for x in levels.split(",")]
+    wanted = parse_levels(levels, "--levels")
     traced_requests(url, 1, 2, prompt, 8)  # warm-up
     for c in wanted:
         done = traced_requests(url, c, n or max(2 * c, 4), prompt, 64)
@@ -131,7 +132,7 @@ def aiperf(exe: str, url: str, out: Path, levels: str, requests: int, tokenizer:
     figures: time_to_first_token / inter_token_latency p50, p99 in ms, output_token_throughput and
     request_throughput averages)."""
     results = []
-    for c in [int(x) for x in levels.split(",")]:
+    for c in parse_levels(levels, "--levels"):
         art = out / f"c{c}"
         argv = [exe, "profile", "-m", served_model(url), "--url", url, "--endpoint-type", "completions"]
         argv += ["--streaming", "--tokenizer", str(tokenizer), "--isl", "128", "--osl", "64"]

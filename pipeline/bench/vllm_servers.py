@@ -125,14 +125,14 @@ def start_servers(
             continue
         port = free_port()
         served_env = dict(env)
-        if trace:
-            fleet.traces[f"lpx-{target}"] = work / "trace" / target
-            shutil.rmtree(fleet.traces[f"lpx-{target}"], ignore_errors=True)
-            served_env["LPX_TRACE"] = str(fleet.traces[f"lpx-{target}"])
         cfg = config(work, checkpoint, target, port)
         if f"lpx-{target}" not in chosen:  # vLLM's own server needs the vllm build only
             subprocess.run([str(LPX), "build", "-c", str(cfg)], check=True, env=env)
             continue
+        if trace:  # only for a server that runs: --trace with vllm-own alone traced a server never started
+            fleet.traces[f"lpx-{target}"] = work / "trace" / target
+            shutil.rmtree(fleet.traces[f"lpx-{target}"], ignore_errors=True)
+            served_env["LPX_TRACE"] = str(fleet.traces[f"lpx-{target}"])
         url, proc = start_lpx(cfg, port, work / f"{target}.log", served_env)
         fleet.procs.append(proc)
         wait_ready(url, proc)
