@@ -40,17 +40,27 @@ def test_text_input_checks(pre) -> None:
 @pytest.mark.parametrize(
     ("n_prompt", "max_tokens", "message"),
     [
-        (10, 0, r"max_tokens must be at least 1 \(got 0\)"),
-        (10, -5, r"max_tokens must be at least 1 \(got -5\)"),
+        (10, 0, r"max_tokens must be between 1 and 512 \(got 0\)"),
+        (10, -5, r"max_tokens must be between 1 and 512 \(got -5\)"),
         (10, 513, r"max_tokens 513 is above this server's cap 512 - .*serving.max_tokens_cap"),
-        (600, 8, r"the prompt has 600 tokens, above the engine's max_input_len 512 - shorten it"),
+        (600, 8, r"The prompt has 600 tokens, above the engine's max_input_len 512 - shorten it"),
     ],
 )
 def test_length_checks(pre, n_prompt: int, max_tokens: int, message: str) -> None:
+    """The preprocessing model refuses lengths with runtime/limits' one check per limit (the prompt first,
+    then validate.check), as the gateway and the tensorrt_llm model do."""
+    from pipeline.runtime.limits import Limits, input_refusal
+
+    def refuse(n: int, m: int, limits: Limits) -> None:
+        if refusal := pre.input_refusal(n, limits):
+            raise pre.RequestError(refusal.message)
+        pre.check({"max_tokens": np.array([[m]], dtype=np.int32)}, limits, n_prompt=n)
+
+    assert pre.input_refusal is input_refusal and not hasattr(pre, "check_lengths")
     with pytest.raises(ValueError, match=message):
-        pre.check_lengths(n_prompt, max_tokens, 512, 512)
-    pre.check_lengths(512, 512, 512, 512)  # the limits themselves are allowed
-    pre.check_lengths(5000, 5000, 0, 0)  # 0: no limit configured
+        refuse(n_prompt, max_tokens, Limits(max_input_len=512, max_tokens_cap=512))
+    refuse(512, 512, Limits(max_input_len=512, max_tokens_cap=512))  # the limits themselves are allowed
+    refuse(5000, 5000, Limits())  # 0: no limit configured
 
 
 def test_every_end_id_of_generation_config(pre, tokenizer, tmp_path: Path) -> None:

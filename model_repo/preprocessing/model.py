@@ -25,6 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
+from pipeline.runtime.limits import input_refusal
 from pipeline.runtime.model_args import end_ids, model_params, triton_error
 from pipeline.runtime.tensors import VALIDATED_INPUTS
 from pipeline.runtime.validate import ALL_FEATURES, Limits, RequestError, check
@@ -62,21 +63,6 @@ def prompt_ids(tokenizer, text: str, add_special_tokens: bool, chat: bool) -> li
         )
         return tokenizer.encode(templated, add_special_tokens=False)
     return tokenizer.encode(text, add_special_tokens=add_special_tokens)
-
-
-def check_lengths(n_prompt: int, max_tokens: int, max_input_len: int, cap: int) -> None:
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1 (got {max_tokens})")
-    if cap and max_tokens > cap:
-        raise ValueError(
-            f"max_tokens {max_tokens} is above this server's cap {cap} - ask for fewer tokens "
-            "or raise serving.max_tokens_cap"
-        )
-    if max_input_len and n_prompt > max_input_len:
-        raise ValueError(
-            f"the prompt has {n_prompt} tokens, above the engine's max_input_len {max_input_len} - "
-            "shorten it or rebuild with a larger build.max_input_len"
-        )
 
 
 def with_stops(stops: np.ndarray, extra: list[int]) -> np.ndarray:
@@ -181,8 +167,8 @@ class TritonPythonModel:
             embedding_bias_words=optional(request, "EMBEDDING_BIAS_WORDS"),
             embedding_bias_weights=optional(request, "EMBEDDING_BIAS_WEIGHTS"),
         )
-        if self.max_input_len and len(ids) > self.max_input_len:  # the prompt first: its fix differs
-            check_lengths(len(ids), 1, self.max_input_len, 0)
+        if refusal := input_refusal(len(ids), self.limits):  # the prompt first: its fix differs
+            raise RequestError(refusal.message)
         check(values, self.limits, n_prompt=len(ids))
         end = optional(request, "END_ID")
         pad = optional(request, "PAD_ID")

@@ -12,6 +12,7 @@ from typing import Any
 
 from ... import trace
 from ...errors import LpxError
+from ..limits import Limits, input_refusal, max_tokens_refusal
 
 # Request options (pipeline/runtime/validate.py's names) an engine may honour beyond the defaults, as
 # engine_model.py passes them to submit(); the llmapi and vllm engines honour all of them (SamplingParams)
@@ -113,16 +114,16 @@ class Engine(ABC):
         input_ids = [int(t) for t in input_ids]
         if not input_ids:
             raise LpxError("Empty prompt: send at least one token")
-        if self.max_input_len and len(input_ids) > self.max_input_len:
+        if max_new_tokens < 1:
             raise LpxError(
-                f"Prompt has {len(input_ids)} tokens, above the engine's max_input_len "
-                f"{self.max_input_len} - shorten it or rebuild with a larger build.max_input_len"
+                f"max_tokens must be at least 1 (got {max_new_tokens}) - ask for at least one token"
             )
-        if max_new_tokens < 1 or (self.max_seq_len and len(input_ids) + max_new_tokens > self.max_seq_len):
-            raise LpxError(
-                f"Prompt ({len(input_ids)}) + max_tokens ({max_new_tokens}) must be between "
-                f"{len(input_ids) + 1} and max_seq_len {self.max_seq_len} - lower max_tokens"
-            )
+        limits = Limits(max_input_len=self.max_input_len, max_seq_len=self.max_seq_len)
+        refusal = input_refusal(len(input_ids), limits) or max_tokens_refusal(
+            "max_tokens", max_new_tokens, limits, len(input_ids)
+        )
+        if refusal:  # the same checks and messages as the gateway's and the models' validation
+            raise LpxError(refusal.message)
         return input_ids
 
     def submit(
