@@ -183,3 +183,14 @@ def test_the_example_ci_workflow_builds_on_the_default_base() -> None:
     text = (ROOT / "examples" / "ci" / "build-engines.yml").read_text()
     named = set(re.findall(r"nvcr\.io/nvidia/tritonserver:[\w.-]+", text))
     assert named == {arg_default("Dockerfile")}, named
+
+
+@pytest.mark.parametrize("target", sorted(dynamo.IMAGES))
+def test_the_docs_quote_the_engine_of_the_runtime_the_pods_name(target: str) -> None:
+    """docs/deploy.md's image table gives, for each Dynamo runtime image the graphs name, the engine release
+    the contract pins (on 2eeb7c6 the docs quoted Dynamo 1.4's vLLM, v0.26.0, for the 1.5.0 image)."""
+    image = dynamo.IMAGES[target]
+    engine = "vllm" if target == "vllm" else "tensorrt_llm"
+    pinned = IMAGES[image][engine]["value"]
+    rows = [r for r in (ROOT / "docs" / "deploy.md").read_text().splitlines() if r.startswith(f"| `{image}`")]
+    assert rows and all(pinned in r for r in rows), (image, pinned, rows)
