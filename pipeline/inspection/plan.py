@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..facts.formats import FORMATS
+from ..facts.formats import FORMATS, refusal
 from ..facts.gpu import Gpu
 from ..facts.models import PRESETS as PRESET_NAMES
 from ..facts.models import PUBLISHED
@@ -241,7 +241,7 @@ def _format_row(
     if gpu is None:
         return row
     w = row["weight_bytes"]
-    row["runs_on_gpu"] = gpu.sm >= FORMATS[fmt][1]
+    row["runs_on_gpu"] = refusal(fmt, sm=gpu.sm) is None
     pool = int(max(0, gpu.memory_bytes - w - RUNTIME_OVERHEAD) * kv_fraction)
     if pool <= 0:
         warnings.append(f"{fmt}: weights ({w / GB:.1f} GB) leave no room for a KV cache on {gpu.name}")
