@@ -84,7 +84,7 @@ def test_vllm_pod_serves_with_vllm(tmp_path, tiny_checkpoint) -> None:
 
         out = in_netns(pod.net_pid, generate)
         assert out["num_output_tokens"] == 8 and out["text_output"], out
-        assert (pod.sources["lpx-home"] / "vllm").is_dir()  # VLLM_CACHE_ROOT: the writable volume
+        assert (pod.sources["cache"] / "vllm").is_dir()  # VLLM_CACHE_ROOT: the cache volume, not LPX_HOME's
         pod.wait_ready(gateway, pod.start(gateway, resolve_command(gateway, lpx_images)), timeout=120)
     finally:
         pod.cleanup()
