@@ -49,6 +49,19 @@ def lpx_images(cfg) -> dict[str, list[str]]:
     }
 
 
+def lpx_pod(cfg, spec: dict, work: Path, models: Path, network=None, secrets: dict | None = None) -> Pod:
+    """A pod of LPX's manifests as the tests start it: the generated ConfigMaps, the gateway keys' Secret
+    (plus `secrets`), the models claim on `models`, and optionally another pod's network to join."""
+    return Pod(
+        spec,
+        work,
+        config_maps=GENERATED_CONFIG_MAPS,
+        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}, **(secrets or {})},
+        claims={cfg.deploy.repository.pvc or "lpx-models": models},
+        network=network,
+    )
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory, tiny_checkpoint) -> dict[str, Path]:
     """The demo's repository packed by CI's script: the tarball, and unpacked twice: as built (torch,
@@ -147,13 +160,7 @@ def torch_pod(packed, tmp_path_factory):
     cfg = config("torch")
     doc = workload(cfg, tmp_path_factory.mktemp("torch-tree"))
     ((_, spec),) = pod_templates(doc)
-    pod = Pod(
-        spec,
-        tmp_path_factory.mktemp("torch-pod"),
-        config_maps=GENERATED_CONFIG_MAPS,
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
-        claims={cfg.deploy.repository.pvc or "lpx-models": packed["torch"]},
-    )
+    pod = lpx_pod(cfg, spec, tmp_path_factory.mktemp("torch-pod"), packed["torch"])
     triton = spec["containers"][0]
     running = pod.start(triton, resolve_command(triton, lpx_images(cfg)))
     try:
@@ -203,14 +210,8 @@ def test_engine_pod_gateway_becomes_ready_without_a_gpu(torch_pod, packed, tmp_p
     cfg = config("engine", tp, pp, **{k: v for k, v in case.items() if k not in ("tp", "pp")})
     doc = workload(cfg, tmp_path / "tree")
     role, spec = pod_templates(doc)[0]
-    pod = Pod(
-        spec,
-        tmp_path / "pod",
-        config_maps=GENERATED_CONFIG_MAPS,
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}, cfg.deploy.ssh_secret: SSH},
-        claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
-        network=shared,  # the shared Triton lives in the torch pod's network
-    )
+    # the shared Triton lives in the torch pod's network
+    pod = lpx_pod(cfg, spec, tmp_path / "pod", packed["engine"], shared, {cfg.deploy.ssh_secret: SSH})
     try:
         check_upstream_lpx(spec["containers"][0], pod.sources)
         run_gateway(pod, spec, lpx_images(cfg))
@@ -226,13 +227,7 @@ def test_engine_pod_triton_runs_until_it_needs_a_gpu(packed, tmp_path) -> None:
     cfg = config("engine", 2)
     ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
     triton = spec["containers"][0]
-    pod = Pod(
-        spec,
-        tmp_path / "pod",
-        config_maps=GENERATED_CONFIG_MAPS,
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
-        claims={cfg.deploy.repository.pvc or "lpx-models": packed["engine"]},
-    )
+    pod = lpx_pod(cfg, spec, tmp_path / "pod", packed["engine"])
     try:
         running = pod.start(triton, resolve_command(triton, lpx_images(cfg)))
         with pytest.raises(PodFailure, match=r"exited 1 before ready(.|\n)*No NVIDIA GPU found") as failed:
@@ -254,14 +249,7 @@ def test_vllm_pod_gateway_becomes_ready(torch_pod, packed, tmp_path) -> None:
     cfg = config("vllm", tp=2)
     ((_, spec),) = pod_templates(workload(cfg, tmp_path / "tree"))
     assert spec["containers"][0]["image"] == images.qualified(cfg, cfg.deploy.vllm_image)
-    pod = Pod(
-        spec,
-        tmp_path / "pod",
-        config_maps=GENERATED_CONFIG_MAPS,
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
-        claims={cfg.deploy.repository.pvc or "lpx-models": packed["torch"]},
-        network=shared,  # the shared Triton lives in the torch pod's network
-    )
+    pod = lpx_pod(cfg, spec, tmp_path / "pod", packed["torch"], shared)  # the torch pod's Triton, shared
     try:
         check_upstream_lpx(spec["containers"][0], pod.sources)
         run_gateway(pod, spec, lpx_images(cfg))
@@ -295,13 +283,7 @@ def test_runner_fails_a_sidecar_that_looks_for_a_gpu(tmp_path) -> None:
     (gateway,) = [c for c in spec["containers"] if c["name"] == "gateway"]
     i = gateway["args"].index("--arch")
     del gateway["args"][i : i + 2]  # the old manifest's command line
-    pod = Pod(
-        spec,
-        tmp_path / "pod",
-        config_maps=GENERATED_CONFIG_MAPS,
-        secrets={cfg.deploy.keys_secret: {"keys.json": KEYS}},
-        claims={"lpx-models": minimal_engine_repo(tmp_path / "models", "sm90")},
-    )
+    pod = lpx_pod(cfg, spec, tmp_path / "pod", minimal_engine_repo(tmp_path / "models", "sm90"))
     try:
         running = pod.start(gateway, resolve_command(gateway, lpx_images(cfg)))
         with pytest.raises(PodFailure, match=r"exited 1 before ready(.|\n)*No NVIDIA GPU found"):
